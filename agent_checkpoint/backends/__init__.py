@@ -1,0 +1,106 @@
+"""Backends, one module per technology, chosen by URL scheme through a lazy registry.
+
+A scheme maps to a dotted path and the pip extra that brings its driver; the module is imported
+on first use, so ``import agent_checkpoint`` needs no driver. ``register_backend`` adds a
+scheme and refuses to replace one silently. A bare path or ``file://`` is the disk backend, and
+any scheme not registered goes to fsspec.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..errors import InvalidKeyError, MissingDependencyError
+from .base import Backend, Query, Record, Summary, plan_save, resolve_owner, translate_errors
+
+__all__ = [
+    "Backend",
+    "BackendEntry",
+    "Query",
+    "Record",
+    "Summary",
+    "backend_class",
+    "open_backend",
+    "plan_save",
+    "register_backend",
+    "registry",
+    "resolve_owner",
+    "translate_errors",
+]
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    target: str
+    """``module:Class``; the class has ``from_url(url, **options)``."""
+    extra: str | None = None
+    """The pip extra that installs the driver, named in the error when it is missing."""
+
+
+_REGISTRY: dict[str, BackendEntry] = {
+    "file": BackendEntry("agent_checkpoint.backends.disk:DiskBackend"),
+    "memory": BackendEntry("agent_checkpoint.backends.memory:MemoryBackend"),
+    "redis": BackendEntry("agent_checkpoint.backends.redis:RedisBackend", "redis"),
+    "rediss": BackendEntry("agent_checkpoint.backends.redis:RedisBackend", "redis"),
+    "postgresql": BackendEntry("agent_checkpoint.backends.postgres:PostgresBackend", "postgres"),
+    "postgres": BackendEntry("agent_checkpoint.backends.postgres:PostgresBackend", "postgres"),
+    "s3": BackendEntry("agent_checkpoint.backends.s3:S3Backend", "s3"),
+}
+_FSSPEC = BackendEntry("agent_checkpoint.backends.fsspec:FsspecBackend", "fsspec")
+
+registry = MappingProxyType(_REGISTRY)
+"""Read-only view of scheme -> entry."""
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def register_backend(
+    scheme: str, target: str, *, extra: str | None = None, replace: bool = False
+) -> None:
+    """Map ``scheme`` to ``module:Class``; an existing scheme needs ``replace=True``."""
+    scheme = scheme.lower()
+    if scheme in _REGISTRY and not replace:
+        raise ValueError(f"scheme {scheme!r} is already registered to {_REGISTRY[scheme].target}")
+    _REGISTRY[scheme] = BackendEntry(target, extra)
+
+
+def scheme_of(url: str) -> str:
+    """The URL's scheme, or ``"file"`` for a bare path."""
+    found = _SCHEME.match(url)
+    return found.group(1).lower() if found else "file"
+
+
+def backend_class(scheme: str) -> type[Any]:
+    """The class for ``scheme``, importing its module (and driver) now."""
+    entry = _REGISTRY.get(scheme.lower(), _FSSPEC)
+    module_name, _, attr = entry.target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise
+        hint = f"pip install 'localab-checkpoint[{entry.extra}]'" if entry.extra else ""
+        raise MissingDependencyError(
+            f"the {scheme}:// store needs the {exc.name!r} package, which is not installed"
+            + (f"; install it with: {hint}" if hint else "")
+        ) from exc
+    return getattr(module, attr)  # type: ignore[no-any-return]
+
+
+def open_backend(url: str, **options: Any) -> Backend:
+    """A backend for ``url``: ``memory://``, a path or ``file://``, ``redis://``, ``rediss://``,
+    ``postgresql://``, ``s3://bucket/prefix``, or any fsspec URL."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidKeyError("a store URL or path is required")
+    scheme = scheme_of(url)
+    if scheme == "file" and not _SCHEME.match(url):
+        url = "file://" + url
+    elif scheme == "file" and urlsplit(url).netloc not in ("", "localhost"):
+        raise InvalidKeyError(f"file:// URLs name a local path; got host {urlsplit(url).netloc!r}")
+    backend: Backend = backend_class(scheme).from_url(url, **options)
+    return backend

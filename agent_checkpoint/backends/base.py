@@ -1,0 +1,226 @@
+"""The record-level contract every backend implements, and the rules they share.
+
+A backend stores *records*: the encoded bytes of one envelope plus the ``Summary`` fields that
+listing needs. It knows nothing of checkpoints, retries or cursors; the ``Store`` derives those.
+Five operations, each atomic on its own:
+
+- ``load(key)``: the record, or ``None`` for a key never written (or dropped). Bytes that exist
+  are returned even when they are garbage: deciding what is unreadable is the codec's job.
+- ``head(key)``: the summary alone, without the body.
+- ``save(record, expect_revision=, create_only=)``: write, as one atomic step, after checking
+  the stored revision (``plan_save`` states the rule) and resolving the owner write-once. The
+  new revision is the stored one plus one (1 for a new key). On a lost condition nothing changes.
+- ``drop(key, expect_revision=)``: remove record and index entries; ``True`` if it existed.
+- ``scan(query)``: summaries from the backend's own index, in ``query`` order, never by loading
+  records: newest first ``(saved_at DESC, key ASC)`` or oldest first ``(saved_at ASC, key ASC)``.
+
+Backends translate driver exceptions at this boundary (``translate_errors``): transient faults
+become ``BackendUnavailableError`` (the Store retries those), everything else ``BackendError``,
+both raised ``from`` the driver's exception and naming the backend and the operation.
+
+Optional capabilities are separate protocols, feature-detected with ``isinstance``, so adding
+one never changes this contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
+
+from ..errors import BackendError, BackendUnavailableError, ConflictError, OwnershipConflictError
+
+__all__ = [
+    "Backend",
+    "Query",
+    "Record",
+    "Summary",
+    "is_after",
+    "matches",
+    "order_key",
+    "plan_save",
+    "resolve_owner",
+    "translate_errors",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What listing shows of a record; also the index entry a backend keeps for it.
+
+    ``saved_at`` is the envelope's ``savedAt`` (epoch ms); ``owner`` is ``identity.principal``
+    as resolved write-once (spec §6); ``failure_phase`` is ``None`` for a run that did not fail;
+    ``message_count`` counts user and assistant messages with text; ``size`` is the stored bytes.
+    """
+
+    key: str
+    run_id: str
+    saved_at: int
+    owner: str | None
+    agent_id: str | None
+    failure_phase: str | None
+    failure_iteration: int | None
+    message_count: int
+    size: int
+    revision: int
+
+    @property
+    def failed(self) -> bool:
+        return self.failure_phase is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """Stored bytes plus their summary. On ``save``, ``summary.revision`` is ignored."""
+
+    summary: Summary
+    body: bytes
+
+    @property
+    def key(self) -> str:
+        return self.summary.key
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One page of a listing. ``after`` is the keyset position ``(saved_at, key)`` of the last
+    entry already seen; entries strictly after it in the chosen order are returned.
+    ``saved_before`` is exclusive, ``saved_since`` inclusive. Filters combine with AND."""
+
+    owner: str | None = None
+    agent_id: str | None = None
+    failed: bool | None = None
+    phase: str | None = None
+    saved_before: int | None = None
+    saved_since: int | None = None
+    after: tuple[int, str] | None = None
+    limit: int = 50
+    oldest_first: bool = False
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A store's persistence. ``name`` (``"disk"``, ``"redis"``...) appears in errors."""
+
+    name: str
+
+    def load(self, key: str) -> Record | None: ...
+
+    def head(self, key: str) -> Summary | None: ...
+
+    def save(
+        self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
+    ) -> Summary: ...
+
+    def drop(self, key: str, *, expect_revision: int | None = None) -> bool: ...
+
+    def scan(self, query: Query) -> list[Summary]: ...
+
+    def close(self) -> None:
+        """Release what the backend created; idempotent; leaves injected clients open."""
+        ...
+
+
+def resolve_owner(key: str, stored: str | None, incoming: str | None) -> str | None:
+    """Owner write-once: the first principal keeps the key; a leaner write keeps the stored one."""
+    if stored is None:
+        return incoming
+    if incoming is None or incoming == stored:
+        return stored
+    raise OwnershipConflictError(
+        f"key {key!r} is owned by principal {stored!r}; a write signed by {incoming!r} was refused "
+        "and nothing was changed",
+        key=key,
+        owner=stored,
+        principal=incoming,
+    )
+
+
+def plan_save(
+    current: Summary | None,
+    record: Record,
+    *,
+    expect_revision: int | None,
+    create_only: bool,
+) -> Summary:
+    """The summary to store for ``record`` given what is stored now, or the refusal.
+
+    Backends call this inside their atomic section (a lock, a transaction); a backend that
+    cannot (Redis runs it as Lua) must implement exactly these rules.
+    """
+    key = record.key
+    if create_only and current is not None:
+        raise ConflictError(
+            f"key {key!r} already exists (revision {current.revision}); create_only refused it",
+            key=key,
+            revision=current.revision,
+        )
+    if expect_revision is not None:
+        found = current.revision if current is not None else None
+        if found != expect_revision:
+            shown = "no record" if found is None else f"revision {found}"
+            raise ConflictError(
+                f"key {key!r} is at {shown}, not revision {expect_revision}; the write was refused",
+                key=key,
+                expected=expect_revision,
+                found=found,
+            )
+    owner = resolve_owner(key, current.owner if current else None, record.summary.owner)
+    revision = current.revision + 1 if current is not None else 1
+    return replace(record.summary, owner=owner, revision=revision, size=len(record.body))
+
+
+def matches(summary: Summary, query: Query) -> bool:
+    """Whether ``summary`` passes the filters of ``query`` (not its position or limit)."""
+    if query.owner is not None and summary.owner != query.owner:
+        return False
+    if query.agent_id is not None and summary.agent_id != query.agent_id:
+        return False
+    if query.failed is not None and summary.failed != query.failed:
+        return False
+    if query.phase is not None and summary.failure_phase != query.phase:
+        return False
+    if query.saved_before is not None and summary.saved_at >= query.saved_before:
+        return False
+    return not (query.saved_since is not None and summary.saved_at < query.saved_since)
+
+
+def order_key(summary: Summary, oldest_first: bool = False) -> tuple[int, str]:
+    """Sort key for a listing: ascending tuples give the listing order."""
+    return (summary.saved_at if oldest_first else -summary.saved_at, summary.key)
+
+
+def is_after(summary: Summary, query: Query) -> bool:
+    """Whether ``summary`` lies strictly after the keyset position ``query.after``."""
+    if query.after is None:
+        return True
+    saved, key = query.after
+    if query.oldest_first:
+        return (summary.saved_at, summary.key) > (saved, key)
+    return (-summary.saved_at, summary.key) > (-saved, key)
+
+
+@contextmanager
+def translate_errors(
+    backend: str,
+    operation: str,
+    *,
+    transient: tuple[type[BaseException], ...],
+    fatal: tuple[type[BaseException], ...] = (),
+) -> Iterator[None]:
+    """Re-raise driver exceptions as the library's, ``from`` the driver's, naming where."""
+    try:
+        yield
+    except transient as exc:
+        raise BackendUnavailableError(
+            f"{backend} {operation} failed: {type(exc).__name__}: {exc}",
+            backend=backend,
+            operation=operation,
+        ) from exc
+    except fatal as exc:
+        raise BackendError(
+            f"{backend} {operation} failed: {type(exc).__name__}: {exc}",
+            backend=backend,
+            operation=operation,
+        ) from exc

@@ -1,0 +1,84 @@
+"""The ``agent-checkpoint`` command: parse, call the public API, print, map errors to exit codes.
+
+Each command group lives in its own module with a ``register(subparsers)`` function. Every
+failure ends as one line on stderr and one of the documented exit codes (``EXIT``), never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ..errors import (
+    BackendError,
+    CheckpointError,
+    ConflictError,
+    ConversationMismatchError,
+    EnvelopeError,
+    InvalidCheckpointError,
+    MissingDependencyError,
+    NotFoundError,
+    StoreError,
+)
+from . import interchange, store_commands  # noqa: F401  (command groups)
+from ._common import EXIT, CommandError
+
+__all__ = ["EXIT", "CommandError", "build_parser", "main"]
+
+_GROUPS = (store_commands, interchange)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent-checkpoint",
+        description="Save, store, inspect and resume AI-agent run checkpoints.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for group in _GROUPS:
+        group.register(sub)
+    return parser
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The documented exit code for an error (README, "Exit codes")."""
+    if isinstance(exc, CommandError):
+        return exc.exit_code
+    if isinstance(exc, NotFoundError):
+        return EXIT["not_found"]
+    if isinstance(exc, ConflictError):
+        return EXIT["conflict"]
+    if isinstance(exc, (InvalidCheckpointError, EnvelopeError, ConversationMismatchError)):
+        return EXIT["invalid"]
+    if isinstance(exc, MissingDependencyError):
+        return EXIT["dependency"]
+    if isinstance(exc, BackendError):
+        return EXIT["backend"]
+    if isinstance(exc, (StoreError, CheckpointError, ValueError, OSError)):
+        return EXIT["usage"]
+    return EXIT["internal"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except KeyboardInterrupt:
+        print("agent-checkpoint: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # every error is one line, never a traceback
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"agent-checkpoint: error: {message}", file=sys.stderr)
+        return exit_code_for(exc)
+    return code

@@ -1,0 +1,116 @@
+"""Bytes <-> envelopes: what a backend stores and what a reader gets back.
+
+The stored bytes are the JSON envelope, encoded with orjson (key order kept). Decoding applies
+the migration chain to the envelope's data before the door, and reports anything that does not
+decode as ``UnreadableEnvelopeError``, never as absent. ``summarize`` derives the fields a
+backend indexes (owner, agent, failure point, message count) from the envelope on the way in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .envelope import (
+    PAUSED_RUN,
+    Envelope,
+    check_envelope,
+    envelope_owner,
+    read_format,
+    unreadable,
+    validate_envelope,
+)
+from .migrations import DEFAULT, Migrations
+from .model import Json
+
+__all__ = ["Codec", "Digest"]
+
+
+@dataclass(frozen=True, slots=True)
+class Digest:
+    """What a backend indexes about one envelope, derived from its content."""
+
+    run_id: str
+    saved_at: int
+    owner: str | None
+    agent_id: str | None
+    failure_phase: str | None
+    failure_iteration: int | None
+    message_count: int
+
+
+def _conversation(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    data = doc["data"]
+    return data["conversation"] if doc.get("format") == PAUSED_RUN else data  # type: ignore[no-any-return]
+
+
+def _digest(doc: Mapping[str, Any]) -> Digest:
+    conv = _conversation(doc)
+    agent = conv.get("agent")
+    fp = conv.get("failurePoint")
+    phase = fp.get("phase") if isinstance(fp, dict) else None
+    iteration = fp.get("iteration") if isinstance(fp, dict) else None
+    count = 0
+    for m in conv["history"]:
+        if m.get("role") in ("user", "assistant") and m.get("content"):
+            count += 1
+    saved = doc.get("savedAt")
+    return Digest(
+        run_id=conv["runId"],
+        saved_at=saved if isinstance(saved, int) and not isinstance(saved, bool) else 0,
+        owner=envelope_owner(doc),
+        agent_id=agent.get("id")
+        if isinstance(agent, dict) and isinstance(agent.get("id"), str)
+        else None,
+        failure_phase=phase if isinstance(phase, str) else ("unknown" if fp is not None else None),
+        failure_iteration=iteration
+        if isinstance(iteration, int) and not isinstance(iteration, bool)
+        else None,
+        message_count=count,
+    )
+
+
+class Codec:
+    """Encodes envelopes to stored bytes and back, upgrading old versions on read."""
+
+    def __init__(self, migrations: Migrations = DEFAULT) -> None:
+        self.migrations = migrations
+
+    def encode(self, envelope: Envelope | Mapping[str, Json]) -> tuple[bytes, Digest]:
+        """Validate an envelope (object or JSON), return its bytes and index digest."""
+        doc = envelope.to_json() if isinstance(envelope, Envelope) else dict(envelope)
+        validate_envelope(doc)
+        return orjson.dumps(doc), _digest(doc)
+
+    def decode_json(self, body: bytes, key: str | None = None) -> dict[str, Json]:
+        """The envelope as plain JSON, upgraded and checked; unreadable bytes raise."""
+        doc = self._upgraded(body, key)
+        validate_envelope(doc, key)
+        return doc
+
+    def _upgraded(self, body: bytes, key: str | None) -> dict[str, Json]:
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise unreadable(bytes(body), key) from None
+        fmt = read_format(doc, key)
+        if self.migrations.needs_upgrade(doc.get("data") if fmt != PAUSED_RUN else None):
+            doc = {**doc, "data": self.migrations.upgrade(doc["data"])}
+        elif fmt == PAUSED_RUN and isinstance(doc.get("data"), dict):
+            conv = doc["data"].get("conversation")
+            if self.migrations.needs_upgrade(conv):
+                doc = {
+                    **doc,
+                    "data": {**doc["data"], "conversation": self.migrations.upgrade(conv)},
+                }
+        return doc  # type: ignore[no-any-return]
+
+    def decode(self, body: bytes, key: str | None = None) -> Envelope:
+        """The envelope as typed values."""
+        return check_envelope(self._upgraded(body, key), key)
+
+    def digest(self, doc: Mapping[str, Any]) -> Digest:
+        return _digest(doc)

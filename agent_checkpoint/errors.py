@@ -1,0 +1,180 @@
+"""Every error the library raises, under one root.
+
+::
+
+    CheckpointError                         (Exception)
+    ├── InvalidCheckpointError              (TypeError)   the door refused a record (spec §3)
+    ├── EnvelopeError                       (TypeError)
+    │   ├── UnknownFormatError                            envelope `format` not on the allow-list
+    │   ├── WrongEnvelopeKindError                        a paused run read as a conversation, or back
+    │   ├── InvalidPausedRunError                         a `flowchart-v1` payload missing its parts
+    │   └── UnreadableEnvelopeError                       present but unreadable; never "absent"
+    ├── MigrationError                      (ValueError)  no upgrade path for a stored version
+    ├── ConversationMismatchError                         agent ids differ (ERR_CONVERSATION_MISMATCH)
+    └── StoreError
+        ├── InvalidKeyError                 (ValueError)  a key or cursor the store cannot take
+        ├── NotFoundError                   (LookupError) an operation that needs a record found none
+        ├── ConflictError                                 a lost compare-and-swap or create-only race
+        │   ├── OwnershipConflictError                    another principal owns the key (spec §6)
+        │   └── LeaseError                                a write under a lease that is no longer held
+        ├── RecordTooLargeError             (ValueError)
+        ├── UnsupportedOperationError                     the backend cannot do this natively
+        ├── MissingDependencyError          (ImportError) a URL scheme whose extra is not installed
+        └── BackendError                                  the backend failed; the driver's error is `__cause__`
+            └── BackendUnavailableError                   transient faults outlasted the retry budget
+
+Each class has a stable ``code`` for programs that match on codes rather than classes. Drivers'
+exceptions never escape a backend: they are raised ``from`` as the most specific class above.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "BackendError",
+    "BackendUnavailableError",
+    "CheckpointError",
+    "ConflictError",
+    "ConversationMismatchError",
+    "EnvelopeError",
+    "InvalidCheckpointError",
+    "InvalidKeyError",
+    "InvalidPausedRunError",
+    "LeaseError",
+    "MigrationError",
+    "MissingDependencyError",
+    "NotFoundError",
+    "OwnershipConflictError",
+    "RecordTooLargeError",
+    "StoreError",
+    "UnknownFormatError",
+    "UnreadableEnvelopeError",
+    "UnsupportedOperationError",
+    "WrongEnvelopeKindError",
+]
+
+
+class CheckpointError(Exception):
+    """Root of every error this library raises."""
+
+    code = "ERR_CHECKPOINT"
+
+
+class InvalidCheckpointError(CheckpointError, TypeError):
+    """The validation door refused a record; the message is the runtime's, word for word."""
+
+    code = "ERR_INVALID_CHECKPOINT"
+
+
+class EnvelopeError(CheckpointError, TypeError):
+    """An envelope `{format, data, savedAt}` that cannot be read as asked."""
+
+    code = "ERR_ENVELOPE"
+
+
+class UnknownFormatError(EnvelopeError):
+    code = "ERR_UNKNOWN_FORMAT"
+
+
+class WrongEnvelopeKindError(EnvelopeError):
+    code = "ERR_WRONG_ENVELOPE_KIND"
+
+
+class InvalidPausedRunError(EnvelopeError):
+    code = "ERR_INVALID_PAUSED_RUN"
+
+
+class UnreadableEnvelopeError(EnvelopeError):
+    """Stored bytes exist but do not decode to an envelope.
+
+    Raised instead of reporting the record absent: an unreadable conversation and a missing one
+    are different facts, and only the second is safe to answer with a fresh start.
+    ``stored_preview`` quotes at most ``envelope.STORED_PREVIEW_LIMIT`` UTF-16 units.
+    """
+
+    code = "ERR_UNREADABLE_ENVELOPE"
+
+    def __init__(self, message: str, *, session_id: str | None, stored_preview: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.stored_preview = stored_preview
+
+
+class MigrationError(CheckpointError, ValueError):
+    code = "ERR_MIGRATION"
+
+
+class ConversationMismatchError(CheckpointError):
+    """A conversation recorded by one explicitly named agent was handed to another."""
+
+    code = "ERR_CONVERSATION_MISMATCH"
+
+    def __init__(self, message: str, *, stored_agent_id: str, agent_id: str) -> None:
+        super().__init__(message)
+        self.stored_agent_id = stored_agent_id
+        self.agent_id = agent_id
+
+
+class StoreError(CheckpointError):
+    """A store operation failed."""
+
+    code = "ERR_STORE"
+
+
+class InvalidKeyError(StoreError, ValueError):
+    code = "ERR_INVALID_KEY"
+
+
+class NotFoundError(StoreError, LookupError):
+    code = "ERR_NOT_FOUND"
+
+
+class ConflictError(StoreError):
+    """A conditional write lost: the stored revision was not the expected one. Nothing changed."""
+
+    code = "ERR_CONFLICT"
+
+    def __init__(self, message: str, *, key: str | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.key = key
+        self.details = details
+
+
+class OwnershipConflictError(ConflictError):
+    """A different principal tried to write a key another principal owns. Nothing changed."""
+
+    code = "ERR_SESSION_OWNERSHIP_CONFLICT"
+
+
+class LeaseError(ConflictError):
+    code = "ERR_LEASE"
+
+
+class RecordTooLargeError(StoreError, ValueError):
+    code = "ERR_RECORD_TOO_LARGE"
+
+
+class UnsupportedOperationError(StoreError):
+    code = "ERR_UNSUPPORTED"
+
+
+class MissingDependencyError(StoreError, ImportError):
+    code = "ERR_MISSING_DEPENDENCY"
+
+
+class BackendError(StoreError):
+    """The backend failed. ``backend`` and ``operation`` name where; ``__cause__`` is the driver's."""
+
+    code = "ERR_BACKEND"
+
+    def __init__(self, message: str, *, backend: str = "", operation: str = "") -> None:
+        super().__init__(message)
+        self.backend = backend
+        self.operation = operation
+
+
+class BackendUnavailableError(BackendError):
+    """Transient faults (connection, timeout, throttling, 5xx) outlasted the retry budget."""
+
+    code = "ERR_BACKEND_UNAVAILABLE"

@@ -1,0 +1,112 @@
+"""`LLMMessage` and its parts (spec §2.2): string content, tool calls, thinking blocks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ._struct import (
+    Field,
+    Json,
+    JsonObject,
+    Struct,
+    boolean,
+    encode_part,
+    encode_parts,
+    number,
+    obj,
+    part,
+    parts,
+    same,
+    text,
+)
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall(Struct):
+    """One call an assistant message makes: ``args`` is the decoded argument object."""
+
+    id: str
+    name: str
+    args: JsonObject = field(default_factory=dict)
+    provider_meta: JsonObject | None = None
+    extra: JsonObject = field(default_factory=dict, repr=False)
+    key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
+
+    FIELDS = (
+        Field("id", "id", text, same),
+        Field("name", "name", text, same),
+        Field("args", "args", obj, same),
+        Field("providerMeta", "provider_meta", obj, same),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingBlock(Struct):
+    """Model reasoning carried byte-exact, because Anthropic signatures must round-trip."""
+
+    type: Literal["thinking", "redacted_thinking"]
+    content: str
+    signature: str | None = None
+    summary: bool | None = None
+    provider_meta: JsonObject | None = None
+    extra: JsonObject = field(default_factory=dict, repr=False)
+    key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
+
+    FIELDS = (
+        Field("type", "type", text, same),
+        Field("content", "content", text, same),
+        Field("signature", "signature", text, same),
+        Field("summary", "summary", boolean, same),
+        Field("providerMeta", "provider_meta", obj, same),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class InjectedBy(Struct):
+    injection_id: str
+    flavor: str
+    iteration: int | float
+    reason: str | None = None
+    extra: JsonObject = field(default_factory=dict, repr=False)
+    key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
+
+    FIELDS = (
+        Field("injectionId", "injection_id", text, same),
+        Field("flavor", "flavor", text, same),
+        Field("reason", "reason", text, same),
+        Field("iteration", "iteration", number, same),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Message(Struct):
+    """One turn of history. ``content`` is always a string; tool-calling turns carry ``""``."""
+
+    role: str
+    content: str
+    tool_calls: tuple[ToolCall, ...] | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    thinking_blocks: tuple[ThinkingBlock, ...] | None = None
+    ephemeral: bool | None = None
+    injected_by: InjectedBy | None = None
+    extra: JsonObject = field(default_factory=dict, repr=False)
+    key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
+
+    FIELDS = (
+        Field("role", "role", text, same),
+        Field("content", "content", text, same),
+        Field("toolCalls", "tool_calls", parts(ToolCall), encode_parts),
+        Field("toolCallId", "tool_call_id", text, same),
+        Field("toolName", "tool_name", text, same),
+        Field("thinkingBlocks", "thinking_blocks", parts(ThinkingBlock), encode_parts),
+        Field("ephemeral", "ephemeral", boolean, same),
+        Field("injectedBy", "injected_by", part(InjectedBy), encode_part),
+    )
+
+
+def message_json(message: Message | JsonObject) -> dict[str, Json]:
+    return message.to_json() if isinstance(message, Message) else dict(message)

@@ -1,0 +1,392 @@
+"""The ``Store``: everything callers use, derived from a backend's five record operations.
+
+Default keys, revisions, owner write-once, paged listing with a keyset cursor, retention and
+retries live here once, so every backend behaves the same (the conformance suite in
+``agent_checkpoint.testing`` proves it per backend).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Any, TypeVar
+
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from .backends import open_backend
+from .backends.base import Backend, Query, Record, Summary
+from .codec import Codec
+from .envelope import PAUSED_RUN, Envelope, conversation_of, to_envelope
+from .errors import (
+    BackendUnavailableError,
+    ConflictError,
+    InvalidKeyError,
+    RecordTooLargeError,
+)
+from .model import Json, RunCheckpoint, now_ms
+
+__all__ = [
+    "DEFAULT_STORE_PATH",
+    "MAX_KEY_LENGTH",
+    "STORE_ENV",
+    "Forgotten",
+    "Page",
+    "RetryPolicy",
+    "Store",
+    "open_store",
+]
+
+STORE_ENV = "AGENT_CHECKPOINT_STORE"
+DEFAULT_STORE_PATH = ".agent-checkpoints"
+MAX_KEY_LENGTH = 1024
+"""Longest key, in characters, any backend accepts."""
+MAX_PAGE = 10_000
+
+T = TypeVar("T")
+Putable = RunCheckpoint | Envelope | Mapping[str, Json]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential backoff with full jitter around transient backend faults."""
+
+    attempts: int = 6
+    initial: float = 0.05
+    maximum: float = 2.0
+    deadline: float = 15.0
+
+    def retrying(self) -> Retrying:
+        return Retrying(
+            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.deadline),
+            wait=wait_random_exponential(multiplier=self.initial, max=self.maximum),
+            retry=retry_if_exception_type(BackendUnavailableError),
+            reraise=True,
+        )
+
+
+NO_RETRY = RetryPolicy(attempts=1)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of summaries; pass ``cursor`` back for the next, ``None`` when there is none."""
+
+    items: list[Summary]
+    cursor: str | None
+
+    def __iter__(self) -> Iterator[Summary]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    forgotten: int
+    more: bool
+
+
+def check_key(key: Any) -> str:
+    """A key any backend can hold: a non-empty printable string of at most ``MAX_KEY_LENGTH``."""
+    if not isinstance(key, str) or not key:
+        raise InvalidKeyError(f"a key must be a non-empty string, got {key!r}")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidKeyError(f"key is {len(key)} characters; the limit is {MAX_KEY_LENGTH}")
+    if not key.isprintable():
+        raise InvalidKeyError(f"key {key!r} holds a control or non-printable character")
+    return key
+
+
+def encode_cursor(summary: Summary) -> str:
+    return f"{summary.saved_at}:{summary.key}"
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    saved, sep, key = cursor.partition(":")
+    if not sep or not saved.isdigit() or not key:
+        raise InvalidKeyError(f"invalid cursor {cursor[:80]!r}: expected '<savedAt>:<key>'")
+    return int(saved), key
+
+
+def to_epoch_ms(moment: datetime | int | float) -> int:
+    if isinstance(moment, datetime):
+        if moment.tzinfo is None:
+            raise ValueError("a naive datetime is ambiguous; give one with a timezone")
+        return int(moment.timestamp() * 1000)
+    return int(moment)
+
+
+class Store:
+    """Checkpoints by key in one backend.
+
+    Keys default to ``identity.conversationId``, else ``runId``. Every stored record has a
+    revision; ``put`` is last-write-wins unless given ``if_revision=`` or ``create_only=True``,
+    and a lost condition raises ``ConflictError`` with nothing overwritten. The owner is
+    ``identity.principal``, write-once: another principal's write raises
+    ``OwnershipConflictError`` and changes nothing. ``get`` returns ``None`` only for a key
+    never written (or deleted); bytes that do not decode raise ``UnreadableEnvelopeError``.
+    Transient backend faults are retried per ``retry``; a retried conditional write whose first
+    attempt landed is recognised as landed, not reported as a conflict.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        codec: Codec | None = None,
+        retry: RetryPolicy | None = None,
+        max_record_bytes: int | None = None,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.backend = backend
+        self.codec = codec or Codec()
+        self.retry = retry or RetryPolicy()
+        self.max_record_bytes = max_record_bytes
+        self._clock = clock
+
+    # -- writing -------------------------------------------------------------------------
+
+    def envelope_for(self, item: Putable) -> Envelope | Mapping[str, Json]:
+        """The envelope ``put`` stores for ``item``, stamped now unless it is one already."""
+        if isinstance(item, RunCheckpoint):
+            return to_envelope(item, saved_at=self._clock())
+        if isinstance(item, Envelope):
+            return item
+        if isinstance(item, Mapping) and "format" in item:
+            return item
+        if isinstance(item, Mapping):
+            return {"format": "conversation-v1", "data": dict(item), "savedAt": self._clock()}
+        raise TypeError(f"put takes a RunCheckpoint, an Envelope or a JSON object, not {item!r}")
+
+    def put(
+        self,
+        item: Putable,
+        *,
+        key: str | None = None,
+        if_revision: int | None = None,
+        create_only: bool = False,
+    ) -> Summary:
+        """Store a checkpoint (or envelope, or its JSON) and return the stored summary."""
+        envelope = self.envelope_for(item)
+        body, digest = self.codec.encode(envelope)
+        if key is None:
+            key = (
+                envelope.conversation.default_key
+                if isinstance(envelope, Envelope)
+                else default_key(envelope)
+            )
+        record = Record(
+            Summary(
+                key=check_key(key),
+                run_id=digest.run_id,
+                saved_at=digest.saved_at,
+                owner=digest.owner,
+                agent_id=digest.agent_id,
+                failure_phase=digest.failure_phase,
+                failure_iteration=digest.failure_iteration,
+                message_count=digest.message_count,
+                size=len(body),
+                revision=0,
+            ),
+            body,
+        )
+        return self.put_record(record, if_revision=if_revision, create_only=create_only)
+
+    def put_record(
+        self, record: Record, *, if_revision: int | None = None, create_only: bool = False
+    ) -> Summary:
+        """Store already-encoded bytes (``copy`` and ``migrate`` use this)."""
+        check_key(record.key)
+        if self.max_record_bytes is not None and len(record.body) > self.max_record_bytes:
+            raise RecordTooLargeError(
+                f"record {record.key!r} is {len(record.body)} bytes; this store's limit is "
+                f"{self.max_record_bytes}"
+            )
+        attempts = 0
+
+        def save() -> Summary:
+            nonlocal attempts
+            attempts += 1
+            try:
+                return self.backend.save(
+                    record, expect_revision=if_revision, create_only=create_only
+                )
+            except ConflictError:
+                if attempts > 1:
+                    # The reply to an earlier attempt may have been lost after it landed.
+                    stored = self.backend.load(record.key)
+                    if stored is not None and stored.body == record.body:
+                        return stored.summary
+                raise
+
+        return self._call(save)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def get_record(self, key: str) -> Record | None:
+        """The stored bytes and summary, undecoded."""
+        return self._call(lambda: self.backend.load(check_key(key)))
+
+    def get_envelope(self, key: str) -> Envelope | None:
+        record = self.get_record(key)
+        return None if record is None else self.codec.decode(record.body, key)
+
+    def get_json(self, key: str) -> dict[str, Json] | None:
+        """The stored envelope as plain JSON (upgraded and validated)."""
+        record = self.get_record(key)
+        return None if record is None else self.codec.decode_json(record.body, key)
+
+    def get(self, key: str) -> RunCheckpoint | None:
+        """The conversation stored under ``key``, or ``None`` if it was never written."""
+        envelope = self.get_envelope(key)
+        return None if envelope is None else conversation_of(envelope)
+
+    def head(self, key: str) -> Summary | None:
+        return self._call(lambda: self.backend.head(check_key(key)))
+
+    def owner(self, key: str) -> str | None:
+        """The key's owner; ``None`` for a missing or unowned key."""
+        summary = self.head(key)
+        return summary.owner if summary is not None else None
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.head(key) is not None
+
+    # -- deleting ------------------------------------------------------------------------
+
+    def delete(self, key: str, *, if_revision: int | None = None) -> bool:
+        """Remove a record; ``True`` if it existed."""
+        return self._call(lambda: self.backend.drop(check_key(key), expect_revision=if_revision))
+
+    def forget_older_than(self, cutoff: datetime | int | float, *, limit: int = 1000) -> Forgotten:
+        """Delete records saved strictly before ``cutoff``, oldest first, at most ``limit``."""
+        before = to_epoch_ms(cutoff)
+        victims = self._call(
+            lambda: self.backend.scan(
+                Query(saved_before=before, oldest_first=True, limit=limit + 1)
+            )
+        )
+        forgotten = 0
+        for summary in victims[:limit]:
+            try:
+                if self._drop(summary):
+                    forgotten += 1
+            except ConflictError:
+                continue  # rewritten since the scan: it is no longer old
+        return Forgotten(forgotten, len(victims) > limit)
+
+    def _drop(self, summary: Summary) -> bool:
+        return self._call(
+            lambda: self.backend.drop(summary.key, expect_revision=summary.revision)
+        )
+
+    # -- listing -------------------------------------------------------------------------
+
+    def list(
+        self,
+        *,
+        owner: str | None = None,
+        agent_id: str | None = None,
+        failed: bool | None = None,
+        phase: str | None = None,
+        before: datetime | int | float | None = None,
+        since: datetime | int | float | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page:
+        """Summaries newest first (ties by key), filtered, one page at a time."""
+        if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise InvalidKeyError(f"limit must be between 1 and {MAX_PAGE}, got {limit!r}")
+        query = Query(
+            owner=owner,
+            agent_id=agent_id,
+            failed=failed,
+            phase=phase,
+            saved_before=None if before is None else to_epoch_ms(before),
+            saved_since=None if since is None else to_epoch_ms(since),
+            after=None if cursor is None else decode_cursor(cursor),
+            limit=limit + 1,
+        )
+        found = self._call(lambda: self.backend.scan(query))
+        items = found[:limit]
+        return Page(items, encode_cursor(items[-1]) if len(found) > limit else None)
+
+    def iter_summaries(self, *, page_size: int = 500, **filters: Any) -> Iterator[Summary]:
+        """Every summary matching ``filters``, newest first, fetched page by page."""
+        cursor: str | None = None
+        while True:
+            page = self.list(limit=page_size, cursor=cursor, **filters)
+            yield from page.items
+            if page.cursor is None:
+                return
+            cursor = page.cursor
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Create what the backend needs (tables, indexes); idempotent. A no-op where none."""
+        setup = getattr(self.backend, "setup", None)
+        if callable(setup):
+            self._call(setup)
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        for attempt in self.retry.retrying():
+            with attempt:
+                return fn()
+        raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
+
+
+def default_key(envelope: Mapping[str, Any]) -> str:
+    """``identity.conversationId`` when present, else ``runId`` (of the paused conversation)."""
+    data = envelope["data"]
+    conversation = data["conversation"] if envelope.get("format") == PAUSED_RUN else data
+    identity = conversation.get("identity")
+    conversation_id = identity.get("conversationId") if isinstance(identity, dict) else None
+    if isinstance(conversation_id, str) and conversation_id:
+        return conversation_id
+    return str(conversation["runId"])
+
+
+def open_store(
+    url: str | None = None,
+    *,
+    codec: Codec | None = None,
+    retry: RetryPolicy | None = None,
+    max_record_bytes: int | None = None,
+    **backend_options: Any,
+) -> Store:
+    """A ``Store`` on the backend ``url`` names (see ``backends.open_backend``).
+
+    With no URL: ``$AGENT_CHECKPOINT_STORE`` if set, else a disk store in ``./.agent-checkpoints``.
+    """
+    url = url or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
+    return Store(
+        open_backend(url, **backend_options),
+        codec=codec,
+        retry=retry,
+        max_record_bytes=max_record_bytes,
+    )

@@ -1,0 +1,17 @@
+"""Reusable tests for backends: ``StoreConformance`` runs the whole store contract against any
+backend. A third-party backend's test module subclasses it and supplies a ``store`` fixture::
+
+    from agent_checkpoint.testing import StoreConformance
+
+    class TestMyBackend(StoreConformance):
+        @pytest.fixture
+        def store(self):
+            with Store(MyBackend(...)) as store:   # empty, isolated namespace
+                yield store
+
+Requires pytest (the ``test`` extra).
+"""
+
+from .conformance import StoreConformance, checkpoint, stamped
+
+__all__ = ["StoreConformance", "checkpoint", "stamped"]

@@ -1,0 +1,13 @@
+from collections.abc import Iterator
+
+import pytest
+
+from agent_checkpoint import Store, open_store
+from agent_checkpoint.testing import StoreConformance
+
+
+class TestMemoryStore(StoreConformance):
+    @pytest.fixture
+    def store(self) -> Iterator[Store]:
+        with open_store("memory://") as store:
+            yield store
