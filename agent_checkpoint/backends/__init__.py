@@ -98,9 +98,9 @@ def open_backend(url: str, **options: Any) -> Backend:
     if not isinstance(url, str) or not url.strip():
         raise InvalidKeyError("a store URL or path is required")
     scheme = scheme_of(url)
-    if scheme == "file" and not _SCHEME.match(url):
-        url = "file://" + url
-    elif scheme == "file" and urlsplit(url).netloc not in ("", "localhost"):
-        raise InvalidKeyError(f"file:// URLs name a local path; got host {urlsplit(url).netloc!r}")
+    if scheme == "file" and _SCHEME.match(url) and urlsplit(url).netloc not in ("", "localhost"):
+        raise InvalidKeyError(
+            f"file:// URLs name a local path (file:///abs/path); got host {urlsplit(url).netloc!r}"
+        )
     backend: Backend = backend_class(scheme).from_url(url, **options)
     return backend

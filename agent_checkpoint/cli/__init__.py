@@ -22,12 +22,13 @@ from ..errors import (
     NotFoundError,
     StoreError,
 )
-from . import interchange, store_commands  # noqa: F401  (command groups)
+from . import interchange as interchange_commands
+from . import store_commands as store_commands
 from ._common import EXIT, CommandError
 
 __all__ = ["EXIT", "CommandError", "build_parser", "main"]
 
-_GROUPS = (store_commands, interchange)
+_GROUPS = (store_commands, interchange_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,9 +1,326 @@
-"""Store commands (filled in next)."""
+"""Store commands: put, get, show, ls, rm, prune, setup."""
 
 from __future__ import annotations
 
+import argparse
+import re
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from ..backends.base import Summary
+from ..model import now_ms
+from ._common import EXIT, CommandError, add_store_option, print_json, store_from
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``90s``, ``30m``, ``12h``, ``7d``, ``2w`` in milliseconds."""
+    found = _DURATION.match(text)
+    if not found:
+        raise CommandError(f"invalid duration {text!r}: use a number and s, m, h, d or w (e.g. 7d)")
+    return int(float(found.group(1)) * _UNIT_MS[found.group(2)])
+
+
+def parse_moment_ms(text: str) -> int:
+    """An ISO 8601 time (UTC unless it says otherwise), epoch milliseconds, or a duration ago."""
+    if text.isdigit():
+        return int(text)
+    if _DURATION.match(text):
+        return now_ms() - parse_duration_ms(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CommandError(
+            f"invalid time {text!r}: use ISO 8601 (2026-11-29T10:00:00Z), epoch ms, or an age like 7d"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+def format_time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)  # pragma: no cover
+
+
+def summary_json(s: Summary) -> dict[str, Any]:
+    return {
+        "key": s.key,
+        "runId": s.run_id,
+        "savedAt": s.saved_at,
+        "owner": s.owner,
+        "agentId": s.agent_id,
+        "failurePoint": (
+            {"phase": s.failure_phase, "iteration": s.failure_iteration} if s.failed else None
+        ),
+        "messageCount": s.message_count,
+        "size": s.size,
+        "revision": s.revision,
+    }
+
+
+def _failure(s: Summary) -> str:
+    if not s.failed:
+        return "-"
+    return (
+        f"{s.failure_phase}@{s.failure_iteration}"
+        if s.failure_iteration is not None
+        else str(s.failure_phase)
+    )
+
+
+def summaries_table(summaries: list[Summary]) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name, justify in (
+        ("KEY", "left"),
+        ("SAVED (UTC)", "left"),
+        ("OWNER", "left"),
+        ("AGENT", "left"),
+        ("FAILED", "left"),
+        ("MSGS", "right"),
+        ("SIZE", "right"),
+        ("REV", "right"),
+    ):
+        table.add_column(name, justify=justify, overflow="fold" if name == "KEY" else "ellipsis")  # type: ignore[arg-type]
+    for s in summaries:
+        table.add_row(
+            s.key,
+            format_time(s.saved_at),
+            s.owner or "-",
+            s.agent_id or "-",
+            _failure(s),
+            str(s.message_count),
+            format_size(s.size),
+            str(s.revision),
+        )
+    return table
+
+
+def _read_input(path: str) -> Any:
+    try:
+        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise CommandError(f"{path} is not JSON: {exc}", EXIT["invalid"]) from exc
+
+
+# -- commands ------------------------------------------------------------------------------
+
+
+def cmd_put(args: argparse.Namespace) -> int:
+    doc = _read_input(args.file)
+    if not isinstance(doc, dict):
+        raise CommandError(
+            f"{args.file} holds JSON but not a checkpoint or envelope object", EXIT["invalid"]
+        )
+    with store_from(args) as store:
+        summary = store.put(
+            doc, key=args.key, if_revision=args.if_revision, create_only=args.create_only
+        )
+    print(f"Stored {summary.key} (revision {summary.revision}, {format_size(summary.size)})")
+    return EXIT["ok"]
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    with store_from(args) as store:
+        doc = store.get_json(args.key)
+    if doc is None:
+        raise CommandError(f"no checkpoint stored under {args.key!r}", EXIT["not_found"])
+    print_json(doc if args.envelope else doc["data"])
+    return EXIT["ok"]
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with store_from(args) as store:
+        record = store.get_record(args.key)
+        if record is None:
+            raise CommandError(f"no checkpoint stored under {args.key!r}", EXIT["not_found"])
+        envelope = store.codec.decode(record.body, args.key)
+    if args.json:
+        print_json({"summary": summary_json(record.summary), "envelope": envelope.to_json()})
+        return EXIT["ok"]
+    s, ckpt = record.summary, envelope.conversation
+    console = Console()
+    console.print(
+        f"[bold]{s.key}[/bold]  revision {s.revision}, {format_size(s.size)}, {envelope.format}"
+    )
+    rows = [
+        ("run", s.run_id),
+        ("saved", f"{format_time(s.saved_at)} UTC"),
+        ("owner", s.owner or "-"),
+        ("agent", s.agent_id or "-"),
+        ("input", ckpt.original_input.message),
+        ("iteration", str(ckpt.last_completed_iteration)),
+    ]
+    fp = ckpt.failure_point
+    if fp is not None:
+        stage = f" (stage: {fp.stage})" if fp.stage else ""
+        rows.append(("failed", f"{fp.phase} at iteration {fp.iteration}{stage}"))
+    rows.append(("messages", f"{len(ckpt.history)} ({s.message_count} with text)"))
+    for name, value in rows:
+        console.print(f"  {name:<10} {value}", markup=False, highlight=False)
+    tail = ckpt.history[-args.messages :] if args.messages > 0 else ()
+    if tail:
+        console.print(f"  last {len(tail)} message(s):", highlight=False)
+    for m in tail:
+        text = m.content if m.content else ""
+        if m.tool_calls:
+            text = (
+                (text + " " if text else "")
+                + "calls "
+                + ", ".join(f"{c.name}({c.id})" for c in m.tool_calls)
+            )
+        if m.tool_call_id:
+            text = f"[{m.tool_name or 'tool'} {m.tool_call_id}] {text}"
+        text = " ".join(text.split())
+        console.print(
+            f"    {m.role:>9}: {text[:200]}{'…' if len(text) > 200 else ''}",
+            markup=False,
+            highlight=False,
+        )
+    return EXIT["ok"]
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    filters: dict[str, Any] = {
+        "owner": args.owner,
+        "agent_id": args.agent,
+        "failed": True if args.failed else (False if args.ok else None),
+        "phase": args.phase,
+        "since": None if args.since is None else parse_moment_ms(args.since),
+        "before": None if args.before is None else parse_moment_ms(args.before),
+    }
+    with store_from(args) as store:
+        if args.all:
+            items, cursor = list(store.iter_summaries(**filters)), None
+        else:
+            page = store.list(limit=args.limit, cursor=args.cursor, **filters)
+            items, cursor = page.items, page.cursor
+    if args.json:
+        print_json({"items": [summary_json(s) for s in items], "cursor": cursor})
+        return EXIT["ok"]
+    console = Console()
+    if not items:
+        console.print("no checkpoints", highlight=False)
+    else:
+        console.print(summaries_table(items))
+    if cursor is not None:
+        print(f"more: --cursor '{cursor}'", file=sys.stderr)
+    return EXIT["ok"]
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    missing = []
+    with store_from(args) as store:
+        for key in args.keys:
+            if store.delete(key, if_revision=args.if_revision):
+                print(f"Deleted {key}")
+            else:
+                missing.append(key)
+    if missing:
+        raise CommandError(f"not found: {', '.join(missing)}", EXIT["not_found"])
+    return EXIT["ok"]
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    cutoff = now_ms() - parse_duration_ms(args.older_than)
+    with store_from(args) as store:
+        if args.dry_run:
+            victims = list(store.iter_summaries(before=cutoff))
+            for s in victims:
+                print(f"would delete {s.key} (saved {format_time(s.saved_at)} UTC)")
+            print(f"{len(victims)} checkpoint(s) older than {args.older_than} would be deleted")
+            return EXIT["ok"]
+        total = 0
+        while True:
+            result = store.forget_older_than(cutoff, limit=args.batch)
+            total += result.forgotten
+            if not result.more:
+                break
+    print(f"Deleted {total} checkpoint(s) older than {args.older_than}")
+    return EXIT["ok"]
+
+
+def cmd_setup(args: argparse.Namespace) -> int:
+    with store_from(args) as store:
+        store.setup()
+    print("Store is set up")
+    return EXIT["ok"]
 
 
 def register(sub: Any) -> None:
-    del sub
+    p = sub.add_parser("put", help="store a checkpoint or envelope JSON file")
+    p.add_argument("file", help="checkpoint or envelope JSON file ('-' for stdin)")
+    p.add_argument("--key", help="store key (default: identity.conversationId, else runId)")
+    p.add_argument("--if-revision", type=int, metavar="N", help="write only over revision N")
+    p.add_argument("--create-only", action="store_true", help="refuse if the key exists")
+    add_store_option(p)
+    p.set_defaults(run=cmd_put)
+
+    p = sub.add_parser("get", help="print a stored checkpoint as JSON")
+    p.add_argument("key")
+    p.add_argument("--envelope", action="store_true", help="print the whole envelope")
+    add_store_option(p)
+    p.set_defaults(run=cmd_get)
+
+    p = sub.add_parser("show", help="summary, failure point and last messages of a checkpoint")
+    p.add_argument("key")
+    p.add_argument(
+        "--messages", type=int, default=5, metavar="N", help="last N messages (default 5)"
+    )
+    p.add_argument("--json", action="store_true", help="the summary and the whole record as JSON")
+    add_store_option(p)
+    p.set_defaults(run=cmd_show)
+
+    p = sub.add_parser("ls", help="list stored checkpoints, newest first")
+    p.add_argument("--owner", help="only this principal's runs")
+    p.add_argument("--agent", help="only runs of this agent id")
+    state = p.add_mutually_exclusive_group()
+    state.add_argument("--failed", action="store_true", help="only runs that failed")
+    state.add_argument("--ok", action="store_true", help="only runs that did not fail")
+    p.add_argument("--phase", choices=["iteration", "tool", "llm", "unknown"], help="failure phase")
+    p.add_argument(
+        "--since", metavar="TIME", help="saved at or after (ISO 8601, epoch ms or age like 7d)"
+    )
+    p.add_argument("--before", metavar="TIME", help="saved strictly before (same forms)")
+    p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
+    p.add_argument("--cursor", help="continue after a previous page")
+    p.add_argument("--all", action="store_true", help="every page")
+    p.add_argument("--json", action="store_true", help="JSON for scripts")
+    add_store_option(p)
+    p.set_defaults(run=cmd_ls)
+
+    p = sub.add_parser("rm", help="delete stored checkpoints")
+    p.add_argument("keys", nargs="+", metavar="KEY")
+    p.add_argument("--if-revision", type=int, metavar="N", help="delete only at revision N")
+    add_store_option(p)
+    p.set_defaults(run=cmd_rm)
+
+    p = sub.add_parser("prune", help="delete checkpoints older than an age")
+    p.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 7d, 12h, 2w")
+    p.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    p.add_argument("--batch", type=int, default=1000, help=argparse.SUPPRESS)
+    add_store_option(p)
+    p.set_defaults(run=cmd_prune)
+
+    p = sub.add_parser("setup", help="create the tables or indexes a store needs (idempotent)")
+    add_store_option(p)
+    p.set_defaults(run=cmd_setup)

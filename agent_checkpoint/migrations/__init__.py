@@ -3,7 +3,8 @@
 ``STEPS[n]`` upgrades a version-``n`` document to version ``n + 1``. Each step is a pure function
 of a plain dict (the decoded ``data`` of an envelope) and returns a new dict; it never touches a
 store. Reads run the chain up to ``CHECKPOINT_VERSION`` automatically; ``agent-checkpoint
-migrate`` rewrites a whole store. A document newer than the library is refused by name.
+migrate`` rewrites a whole store. A document of a version the chain cannot reach (newer than the library, or older than its
+first step) is refused by name, listing the versions it reads.
 
 The real v1 format has no predecessor, so ``STEPS`` is empty; tests prove the mechanism with a
 ``Migrations`` of their own (a test-only format and step), which every reader accepts.
@@ -58,19 +59,14 @@ class Migrations:
         version = doc.get("version") if isinstance(doc, dict) else None
         if not isinstance(version, int) or isinstance(version, bool) or version == self.current:
             return doc
-        if version > self.current:
+        if version not in self.readable:
             raise InvalidCheckpointError(
                 f"[resumeOnError] unsupported checkpoint version: {version}. This library reads "
                 f"checkpoint versions {', '.join(map(str, self.readable))}; a checkpoint written "
-                "by a newer version needs a matching reader to resume."
+                "by another version needs a reader with a migration path for it."
             )
         while version < self.current:
-            step = self.steps.get(version)
-            if step is None:
-                raise MigrationError(
-                    f"no migration step from checkpoint version {version}: this library reads "
-                    f"versions {', '.join(map(str, self.readable))}"
-                )
+            step = self.steps[version]
             doc = step(dict(doc))
             new_version = doc.get("version")
             if new_version != version + 1:

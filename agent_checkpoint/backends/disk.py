@@ -1,0 +1,364 @@
+"""A folder on disk: one file per record, an SQLite index beside them (POSIX).
+
+Layout under the root folder::
+
+    records/<name>     one JSON header line (the summary), a newline, then the stored bytes
+    locks/<n>.lock     256 striped lock files; ``flock`` serialises writers of one key
+    index.sqlite3      summaries for listing, plus a ``pending`` table of keys mid-write
+
+A write takes the key's lock, reads the current header from the record file (the source of
+truth, never the index), marks the key pending in the index, writes a temp file, fsyncs it,
+renames it over the record and fsyncs the folder, then updates the index and clears the mark
+in one transaction. A process killed at any instant leaves the old or the new file (rename is
+atomic), and a pending mark that outlived its writer is reconciled from the file before the
+next listing. The index is rebuilt from the records when it is missing (``rebuild_index``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import sqlite3
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..errors import BackendError, ConflictError
+from .base import Query, Record, Summary, plan_save
+
+_LOCK_STRIPES = 256
+_SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS summaries (
+    key TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    saved_at INTEGER NOT NULL,
+    owner TEXT,
+    agent_id TEXT,
+    failure_phase TEXT,
+    failure_iteration INTEGER,
+    message_count INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    revision INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS by_newest ON summaries (saved_at DESC, key);
+CREATE INDEX IF NOT EXISTS by_owner ON summaries (owner, saved_at DESC, key);
+CREATE INDEX IF NOT EXISTS by_agent ON summaries (agent_id, saved_at DESC, key);
+CREATE INDEX IF NOT EXISTS by_failed ON summaries (saved_at DESC, key)
+    WHERE failure_phase IS NOT NULL;
+CREATE TABLE IF NOT EXISTS pending (key TEXT PRIMARY KEY);
+"""
+_COLUMNS = (
+    "key, run_id, saved_at, owner, agent_id, failure_phase, failure_iteration, "
+    "message_count, size, revision"
+)
+
+
+def file_name(key: str) -> str:
+    """A file name no key can escape the folder with: a readable, percent-encoded prefix and a
+    hash of the whole key, so long keys and keys differing only by case stay distinct."""
+    readable = urllib.parse.quote(key, safe=_SAFE)[:120]
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+    return f"{readable}~{digest}"
+
+
+def _header(summary: Summary) -> bytes:
+    return orjson.dumps(
+        {
+            "key": summary.key,
+            "runId": summary.run_id,
+            "savedAt": summary.saved_at,
+            "owner": summary.owner,
+            "agentId": summary.agent_id,
+            "failurePhase": summary.failure_phase,
+            "failureIteration": summary.failure_iteration,
+            "messageCount": summary.message_count,
+            "revision": summary.revision,
+        }
+    )
+
+
+def _parse(key: str, data: bytes) -> Record:
+    """The record in a file's bytes. A file whose header does not parse is still returned, whole,
+    so the codec reports it unreadable rather than absent."""
+    head, sep, body = data.partition(b"\n")
+    try:
+        h: dict[str, Any] = orjson.loads(head) if sep else {}
+        summary = Summary(
+            key=h["key"],
+            run_id=h["runId"],
+            saved_at=h["savedAt"],
+            owner=h["owner"],
+            agent_id=h["agentId"],
+            failure_phase=h["failurePhase"],
+            failure_iteration=h["failureIteration"],
+            message_count=h["messageCount"],
+            size=len(body),
+            revision=h["revision"],
+        )
+    except (orjson.JSONDecodeError, TypeError, KeyError):
+        return Record(Summary(key, "", 0, None, None, None, None, 0, len(data), 0), data)
+    return Record(summary, body)
+
+
+def _row(summary: Summary) -> tuple[Any, ...]:
+    return (
+        summary.key,
+        summary.run_id,
+        summary.saved_at,
+        summary.owner,
+        summary.agent_id,
+        summary.failure_phase,
+        summary.failure_iteration,
+        summary.message_count,
+        summary.size,
+        summary.revision,
+    )
+
+
+class DiskBackend:
+    name = "disk"
+
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        self.root = Path(root)
+        self.fsync = fsync
+        self._records = self.root / "records"
+        self._locks = self.root / "locks"
+        try:
+            self._records.mkdir(parents=True, exist_ok=True)
+            self._locks.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise BackendError(
+                f"disk store at {self.root} cannot be created: {exc}",
+                backend="disk",
+                operation="open",
+            ) from exc
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._guard = threading.Lock()
+        self._closed = False
+        fresh = not (self.root / "index.sqlite3").exists()
+        self._db().executescript(_SCHEMA)
+        if fresh and any(self._records.iterdir()):
+            self.rebuild_index()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> DiskBackend:
+        if url.startswith("file://"):
+            path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
+        else:
+            path = url  # a bare path, taken as written
+        return cls(os.path.expanduser(path), **options)
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _db(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.root / "index.sqlite3",
+                timeout=60,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+            with self._guard:
+                self._connections.append(conn)
+        return conn
+
+    def _path(self, key: str) -> Path:
+        return self._records / file_name(key)
+
+    @contextmanager
+    def _locked(self, key: str, *, blocking: bool = True) -> Iterator[bool]:
+        stripe = int(hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:8], 16)
+        path = self._locks / f"{stripe % _LOCK_STRIPES:03d}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def _read(self, key: str) -> Record | None:
+        try:
+            data = self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        return _parse(key, data)
+
+    def _fsync_dir(self) -> None:
+        if self.fsync:
+            fd = os.open(self._records, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _mark_pending(self, key: str) -> None:
+        self._db().execute("INSERT OR IGNORE INTO pending (key) VALUES (?)", (key,))
+
+    def _index(self, key: str, summary: Summary | None) -> None:
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if summary is None:
+                db.execute("DELETE FROM summaries WHERE key = ?", (key,))
+            else:
+                db.execute(
+                    f"INSERT OR REPLACE INTO summaries ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    _row(summary),
+                )
+            db.execute("DELETE FROM pending WHERE key = ?", (key,))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def _reconcile(self) -> None:
+        """Bring index entries of keys whose writer died mid-write in line with their files."""
+        pending = [k for (k,) in self._db().execute("SELECT key FROM pending")]
+        for key in pending:
+            with self._locked(key, blocking=False) as held:
+                if held:  # a live writer holds it otherwise, and will finish the job itself
+                    record = self._read(key)
+                    self._index(key, record.summary if record and record.summary.run_id else None)
+
+    # -- the contract --------------------------------------------------------------------
+
+    def load(self, key: str) -> Record | None:
+        return self._read(key)
+
+    def head(self, key: str) -> Summary | None:
+        record = self._read(key)
+        return record.summary if record is not None else None
+
+    def save(
+        self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
+    ) -> Summary:
+        key = record.key
+        with self._locked(key):
+            current = self._read(key)
+            summary = plan_save(
+                current.summary if current is not None else None,
+                record,
+                expect_revision=expect_revision,
+                create_only=create_only,
+            )
+            self._mark_pending(key)
+            target = self._path(key)
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(_header(summary) + b"\n" + record.body)
+                    f.flush()
+                    if self.fsync:
+                        os.fsync(f.fileno())
+                os.replace(tmp, target)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            self._fsync_dir()
+            self._index(key, summary)
+            return summary
+
+    def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
+        with self._locked(key):
+            current = self._read(key)
+            if expect_revision is not None:
+                found = current.summary.revision if current is not None else None
+                if found != expect_revision:
+                    raise ConflictError(
+                        f"key {key!r} is at {'no record' if found is None else f'revision {found}'}, "
+                        f"not revision {expect_revision}; nothing was deleted",
+                        key=key,
+                    )
+            if current is None:
+                return False
+            self._mark_pending(key)
+            self._path(key).unlink(missing_ok=True)
+            self._fsync_dir()
+            self._index(key, None)
+            return True
+
+    def scan(self, query: Query) -> list[Summary]:
+        self._reconcile()
+        where: list[str] = []
+        args: list[Any] = []
+        for column, value in (
+            ("owner", query.owner),
+            ("agent_id", query.agent_id),
+            ("failure_phase", query.phase),
+        ):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if query.failed is not None:
+            where.append("failure_phase IS NOT NULL" if query.failed else "failure_phase IS NULL")
+        if query.saved_before is not None:
+            where.append("saved_at < ?")
+            args.append(query.saved_before)
+        if query.saved_since is not None:
+            where.append("saved_at >= ?")
+            args.append(query.saved_since)
+        if query.after is not None:
+            saved, key = query.after
+            op = ">" if query.oldest_first else "<"
+            where.append(f"(saved_at {op} ? OR (saved_at = ? AND key > ?))")
+            args.extend((saved, saved, key))
+        order = "saved_at ASC, key ASC" if query.oldest_first else "saved_at DESC, key ASC"
+        sql = f"SELECT {_COLUMNS} FROM summaries"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" ORDER BY {order} LIMIT ?"
+        args.append(query.limit)
+        return [Summary(*row) for row in self._db().execute(sql, args)]
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    def iter_records(self) -> Iterator[Record]:
+        """Every record file, in no particular order (for verification and rebuilds)."""
+        for path in self._records.iterdir():
+            if path.name.startswith("."):
+                continue
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            yield _parse(path.name, data)
+
+    def rebuild_index(self) -> int:
+        """Recreate the index from the record files; return how many records it holds."""
+        rows = [_row(r.summary) for r in self.iter_records() if r.summary.run_id]
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("DELETE FROM summaries")
+            db.execute("DELETE FROM pending")
+            db.executemany(
+                f"INSERT OR REPLACE INTO summaries ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", rows
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return len(rows)
+
+    def close(self) -> None:
+        with self._guard:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()

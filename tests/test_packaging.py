@@ -1,0 +1,82 @@
+"""The core install works without any extra: drivers load only when their scheme is used."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+USE_CORE = r"""
+import sys, agent_checkpoint
+from agent_checkpoint import Message, RunCheckpoint, open_store
+from agent_checkpoint.errors import MissingDependencyError
+
+drivers = ("redis", "psycopg", "psycopg_pool", "boto3", "botocore", "fsspec")
+assert not any(d in sys.modules for d in drivers), [d for d in drivers if d in sys.modules]
+store = open_store(sys.argv[1])
+store.put(RunCheckpoint.new("hi", [Message("user", "hi")], run_id="r1"))
+assert store.get("r1").history[0].content == "hi"
+for url, extra in [("redis://127.0.0.1:6379", "redis"), ("postgresql://x/y", "postgres"),
+                   ("s3://bucket/p", "s3"), ("gs://bucket/p", "fsspec")]:
+    try:
+        open_store(url)
+    except MissingDependencyError as exc:
+        assert f"pip install 'localab-checkpoint[{extra}]'" in str(exc), str(exc)
+    else:
+        raise AssertionError(f"{url} opened without its driver")
+assert not any(d in sys.modules for d in drivers)
+print("core ok")
+"""
+
+
+@pytest.mark.slow
+def test_core_install_without_extras_imports_and_stores(tmp_path: Path) -> None:
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    listed = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format=freeze"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.lower()
+    for driver in ("redis", "psycopg", "boto3", "fsspec"):
+        assert f"\n{driver}==" not in "\n" + listed
+    result = subprocess.run(
+        [str(python), "-c", USE_CORE, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "core ok"
+    cli = subprocess.run(
+        [str(env_dir / "bin" / "agent-checkpoint"), "ls", "--store", str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 0 and "r1" in cli.stdout, cli.stderr
+
+
+def test_python_dash_m_runs_the_cli(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "agent_checkpoint", "ls", "--store", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "no checkpoints" in result.stdout
