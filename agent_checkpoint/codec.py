@@ -25,6 +25,7 @@ from .envelope import (
 )
 from .migrations import DEFAULT, Migrations
 from .model import Json
+from .validation import check_writable
 
 __all__ = ["Codec", "Digest"]
 
@@ -83,6 +84,7 @@ class Codec:
         """Validate an envelope (object or JSON), return its bytes and index digest."""
         doc = envelope.to_json() if isinstance(envelope, Envelope) else dict(envelope)
         validate_envelope(doc)
+        check_writable(_conversation(doc))
         return orjson.dumps(doc), _digest(doc)
 
     def decode_json(self, body: bytes, key: str | None = None) -> dict[str, Json]:

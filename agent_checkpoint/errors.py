@@ -9,7 +9,8 @@
     │   ├── WrongEnvelopeKindError                        a paused run read as a conversation, or back
     │   ├── InvalidPausedRunError                         a `flowchart-v1` payload missing its parts
     │   └── UnreadableEnvelopeError                       present but unreadable; never "absent"
-    ├── MigrationError                      (ValueError)  no upgrade path for a stored version
+    ├── UnsafeStageError                    (ValueError)  a failurePoint.stage that could leak a secret
+    ├── MigrationError                      (ValueError)  a migration step that misbehaved
     ├── ConversationMismatchError                         agent ids differ (ERR_CONVERSATION_MISMATCH)
     └── StoreError
         ├── InvalidKeyError                 (ValueError)  a key or cursor the store cannot take
@@ -50,6 +51,7 @@ __all__ = [
     "StoreError",
     "UnknownFormatError",
     "UnreadableEnvelopeError",
+    "UnsafeStageError",
     "UnsupportedOperationError",
     "WrongEnvelopeKindError",
 ]
@@ -103,6 +105,12 @@ class UnreadableEnvelopeError(EnvelopeError):
 
 class MigrationError(CheckpointError, ValueError):
     code = "ERR_MIGRATION"
+
+
+class UnsafeStageError(CheckpointError, ValueError):
+    """A ``failurePoint.stage`` that could carry a URL, a credential or content was refused."""
+
+    code = "ERR_UNSAFE_STAGE"
 
 
 class ConversationMismatchError(CheckpointError):

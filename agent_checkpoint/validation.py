@@ -9,13 +9,21 @@ validate (``checkpointedAt``, ``failurePoint``, ``folded``, ``identity``, ``agen
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import InvalidCheckpointError
+from .errors import InvalidCheckpointError, UnsafeStageError
 from .model import CHECKPOINT_VERSION
 
-__all__ = ["MAX_EVIDENCE_RECOVERY_CHARS", "js_typeof", "validate_checkpoint"]
+__all__ = [
+    "LLM_STAGE",
+    "MAX_EVIDENCE_RECOVERY_CHARS",
+    "check_stage",
+    "check_writable",
+    "js_typeof",
+    "validate_checkpoint",
+]
 
 MAX_EVIDENCE_RECOVERY_CHARS = 1_000_000
 _MAX_SAFE_INTEGER = 2**53 - 1
@@ -285,3 +293,52 @@ _PRESENT_ONLY: dict[str, tuple[str, ...]] = {
 
 def _ledger_ok(value: Any) -> bool:
     return isinstance(value, list) and all(_row_ok(row) for row in value)
+
+
+# -- the writer's extra care -----------------------------------------------------------------
+
+LLM_STAGE = "call-llm"
+"""The ``failurePoint.stage`` of a failure inside the model call."""
+
+_STAGE_SHAPE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
+_SECRET_PREFIX = re.compile(
+    r"^(sk|pk|rk)[-_]|^xox[abpr]-|^gh[pousr]_|^(AKIA|ASIA)[A-Z0-9]{8}|^AIza|^eyJ|"
+    r"bearer|passw|secret|token|api[-_]?key",
+    re.IGNORECASE,
+)
+_KEY_LIKE = re.compile(r"[A-Za-z0-9+/=]{24,}")
+
+
+def _looks_random(run: str) -> bool:
+    digits = sum(c.isdigit() for c in run)
+    upper = sum(c.isupper() for c in run)
+    lower = sum(c.islower() for c in run)
+    return digits >= 3 and upper >= 2 and lower >= 2
+
+
+def check_stage(stage: str) -> str:
+    """``stage`` if it is ``'call-llm'`` or looks like a declared tool name; otherwise refuse
+    it, because a checkpoint is read by whoever is on call and a stage that could carry a URL,
+    a credential or message content must never be persisted."""
+    if stage == LLM_STAGE:
+        return stage
+    if (
+        not isinstance(stage, str)
+        or not _STAGE_SHAPE.match(stage)
+        or _SECRET_PREFIX.search(stage)
+        or any(_looks_random(m) for m in _KEY_LIKE.findall(stage))
+    ):
+        shown = stage if isinstance(stage, str) and len(stage) <= 12 else f"{str(stage)[:12]}…"
+        raise UnsafeStageError(
+            f"failurePoint.stage must be 'call-llm' or a declared tool name; refused {shown!r} "
+            "because it could carry a URL, a credential or message content"
+        )
+    return stage
+
+
+def check_writable(doc: Mapping[str, Any]) -> None:
+    """What a writer must never persist even though the door lets it in on read: an unsafe
+    ``failurePoint.stage``. Call after ``validate_checkpoint``."""
+    fp = doc.get("failurePoint")
+    if isinstance(fp, dict) and "stage" in fp:
+        check_stage(fp["stage"])

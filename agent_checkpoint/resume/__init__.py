@@ -1,0 +1,26 @@
+"""Resuming runs: the seed of the next run, and failure capture for agent loops."""
+
+from .failure import (
+    LLM_STAGE,
+    RunCheckpointError,
+    UnsafeStageError,
+    can_resume,
+    check_stage,
+    classify_error,
+    failure_point,
+)
+from .seed import ResumeSeed, assert_continuable, continue_from, resume_on_error
+
+__all__ = [
+    "LLM_STAGE",
+    "ResumeSeed",
+    "RunCheckpointError",
+    "UnsafeStageError",
+    "assert_continuable",
+    "can_resume",
+    "check_stage",
+    "classify_error",
+    "continue_from",
+    "failure_point",
+    "resume_on_error",
+]

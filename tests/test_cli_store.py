@@ -1,0 +1,188 @@
+"""The store commands as a person or a script uses them: output, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from agent_checkpoint import open_store
+from agent_checkpoint.cli import EXIT, main
+from agent_checkpoint.testing import checkpoint, stamped
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    return str(tmp_path / "store")
+
+
+def write(tmp_path: Path, name: str, doc: Any) -> str:
+    path = tmp_path / name
+    path.write_bytes(orjson.dumps(doc))
+    return str(path)
+
+
+def test_put_ls_show_get_rm(
+    tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = checkpoint("run-7", principal="alice", agent="billing", failed="tool").to_json()
+    code, out, _ = run(capsys, "put", write(tmp_path, "c.json", doc), "--store", store_url)
+    assert code == 0 and out.startswith("Stored run-7 (revision 1,")
+
+    code, out, _ = run(capsys, "ls", "--store", store_url)
+    assert code == 0
+    header, row = out.splitlines()
+    assert header.split()[:2] == ["KEY", "SAVED"]
+    assert row.split()[0] == "run-7" and "alice" in row and "billing" in row and "tool@2" in row
+
+    code, out, _ = run(capsys, "show", "run-7", "--store", store_url)
+    assert code == 0 and "failed     tool at iteration 2 (stage: call-llm)" in out
+    assert "assistant: hello 1" in out
+
+    code, out, _ = run(capsys, "get", "run-7", "--store", store_url)
+    assert code == 0 and json.loads(out) == doc
+
+    code, out, _ = run(capsys, "rm", "run-7", "--store", store_url)
+    assert (code, out.strip()) == (0, "Deleted run-7")
+    code, _, err = run(capsys, "get", "run-7", "--store", store_url)
+    assert code == EXIT["not_found"] and err.count("\n") == 1
+
+
+def test_put_accepts_an_envelope_and_keeps_its_saved_at(
+    tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    envelope = stamped(checkpoint("r-env"), 1_700_000_000_000).to_json()
+    assert run(capsys, "put", write(tmp_path, "e.json", envelope), "--store", store_url)[0] == 0
+    code, out, _ = run(capsys, "ls", "--json", "--store", store_url)
+    assert json.loads(out)["items"][0]["savedAt"] == 1_700_000_000_000
+
+
+def test_ls_json_filters_and_pages(
+    tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with open_store(store_url) as store:
+        for i in range(5):
+            store.put(
+                stamped(
+                    checkpoint(
+                        f"r{i}", principal="p" if i % 2 else "q", failed="llm" if i == 3 else None
+                    ),
+                    1000 + i,
+                ),
+                key=f"k{i}",
+            )
+    code, out, err = run(capsys, "ls", "--json", "--limit", "2", "--store", store_url)
+    page = json.loads(out)
+    assert [i["key"] for i in page["items"]] == ["k4", "k3"] and page["cursor"]
+    code, out, _ = run(
+        capsys, "ls", "--json", "--limit", "2", "--cursor", page["cursor"], "--store", store_url
+    )
+    assert [i["key"] for i in json.loads(out)["items"]] == ["k2", "k1"]
+    code, out, _ = run(capsys, "ls", "--json", "--owner", "p", "--failed", "--store", store_url)
+    assert [i["key"] for i in json.loads(out)["items"]] == ["k3"]
+    code, out, _ = run(capsys, "ls", "--json", "--all", "--before", "1003", "--store", store_url)
+    assert [i["key"] for i in json.loads(out)["items"]] == ["k2", "k1", "k0"]
+
+
+def test_prune_deletes_only_older_records(
+    tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with open_store(store_url) as store:
+        store.put(stamped(checkpoint("old"), 1_000), key="old")
+        store.put(checkpoint("new"), key="new")
+    code, out, _ = run(capsys, "prune", "--older-than", "7d", "--dry-run", "--store", store_url)
+    assert code == 0 and "would delete old" in out and "1 checkpoint(s)" in out
+    code, out, _ = run(capsys, "prune", "--older-than", "7d", "--store", store_url)
+    assert (code, out.strip()) == (0, "Deleted 1 checkpoint(s) older than 7d")
+    with open_store(store_url) as store:
+        assert [s.key for s in store.list()] == ["new"]
+
+
+@pytest.mark.parametrize(
+    ("content", "expected_code", "message"),
+    [
+        (b"not json", EXIT["invalid"], "is not JSON"),
+        (b"[1, 2]", EXIT["invalid"], "not a checkpoint or envelope"),
+        (
+            b'{"version": 2, "runId": "r", "history": [], "lastCompletedIteration": 0, "originalInput": {"message": "m"}}',
+            EXIT["invalid"],
+            "unsupported checkpoint version: 2",
+        ),
+        (
+            b'{"format": "conversation-v9", "data": {}, "savedAt": 1}',
+            EXIT["invalid"],
+            "unknown checkpoint format",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_stores_nothing(
+    tmp_path: Path,
+    store_url: str,
+    capsys: pytest.CaptureFixture[str],
+    content: bytes,
+    expected_code: int,
+    message: str,
+) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    code, out, err = run(capsys, "put", str(path), "--store", store_url)
+    assert code == expected_code
+    assert err.startswith("agent-checkpoint: error: ") and message in err and err.count("\n") == 1
+    assert run(capsys, "ls", "--json", "--store", store_url)[1].count('"key"') == 0
+
+
+def test_conflicts_have_their_own_exit_code(
+    tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, "c.json", checkpoint("r", principal="alice").to_json())
+    assert run(capsys, "put", path, "--store", store_url)[0] == 0
+    assert run(capsys, "put", path, "--create-only", "--store", store_url)[0] == EXIT["conflict"]
+    assert (
+        run(capsys, "put", path, "--if-revision", "7", "--store", store_url)[0] == EXIT["conflict"]
+    )
+    other = write(tmp_path, "o.json", checkpoint("r", principal="mallory").to_json())
+    code, _, err = run(capsys, "put", other, "--store", store_url)
+    assert code == EXIT["conflict"] and "owned by principal 'alice'" in err
+
+
+def test_missing_file_and_bad_durations_are_usage_errors(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys, "put", "/nonexistent/file.json", "--store", store_url)[0] == EXIT["usage"]
+    code, _, err = run(capsys, "prune", "--older-than", "soon", "--store", store_url)
+    assert code == EXIT["usage"] and "invalid duration 'soon'" in err
+
+
+def test_store_defaults_to_the_environment_then_the_local_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, "c.json", checkpoint("r1").to_json())
+    monkeypatch.delenv("AGENT_CHECKPOINT_STORE", raising=False)
+    assert run(capsys, "put", path)[0] == 0
+    assert (tmp_path / ".agent-checkpoints" / "records").is_dir()
+    monkeypatch.setenv("AGENT_CHECKPOINT_STORE", str(tmp_path / "from-env"))
+    assert run(capsys, "put", path)[0] == 0
+    assert (tmp_path / "from-env" / "records").is_dir()
+
+
+def test_unreadable_record_is_reported_not_hidden(
+    tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent_checkpoint.backends.disk import file_name
+
+    with open_store(store_url) as store:
+        store.put(checkpoint("r1"), key="k")
+    record = Path(store_url) / "records" / file_name("k")
+    record.write_bytes(record.read_bytes()[:-30])
+    code, _, err = run(capsys, "get", "k", "--store", store_url)
+    assert code == EXIT["invalid"] and "ERR" not in err and "cannot read" in err

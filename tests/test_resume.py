@@ -1,0 +1,250 @@
+"""resume_on_error and continue_from reproduce the runtime's behaviour (spec §3, §4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_checkpoint import ConversationMismatchError, InvalidCheckpointError, open_store
+from agent_checkpoint.errors import UnsafeStageError
+from agent_checkpoint.model import (
+    AgentRef,
+    EvidenceRecovery,
+    FailurePoint,
+    FoldedSpan,
+    Identity,
+    Message,
+    RunCheckpoint,
+    ToolCall,
+)
+from agent_checkpoint.resume import (
+    RunCheckpointError,
+    can_resume,
+    classify_error,
+    continue_from,
+    failure_point,
+    resume_on_error,
+)
+
+HISTORY = (
+    Message("user", "refund order 41200"),
+    Message("assistant", "", tool_calls=(ToolCall("c1", "lookup_order", {"id": 41200}),)),
+    Message("tool", '{"status": "shipped"}', tool_call_id="c1", tool_name="lookup_order"),
+)
+
+
+def crash_checkpoint(**changes: object) -> RunCheckpoint:
+    base = RunCheckpoint.new(
+        "refund order 41200",
+        HISTORY,
+        run_id="run-1795988831171-1",
+        last_completed_iteration=2,
+        failure_point=FailurePoint(3, "llm", "call-llm"),
+        identity=Identity("conv-9", tenant="acme", principal="alice"),
+        agent=AgentRef("billing"),
+        folded=(FoldedSpan("7ee0d143", "run-0", 1, 5, "m", 2, ("seed#0",), "discard"),),
+        findings_ledger=({"kind": "judgment-error", "toolCallId": "c1", "iteration": 1},),
+        evidence_recovery=EvidenceRecovery(True, "Cite the tool result for 41200."),
+        turn_number=4,
+        skill_cursor="refunds",
+    )
+    return base.evolve(**changes)
+
+
+def test_resume_on_error_restores_the_same_turn_with_a_fresh_run() -> None:
+    ckpt = crash_checkpoint()
+    seed = resume_on_error(ckpt, agent_id="billing")
+    assert seed.run_id != ckpt.run_id and seed.run_id.startswith("run-")
+    assert seed.resumed_from == ckpt.run_id
+    assert seed.iteration == 1
+    assert seed.history == ckpt.history  # as stored, no user turn appended
+    assert seed.message == "refund order 41200"
+    assert seed.identity == ckpt.identity
+    assert (seed.folded, seed.findings_ledger) == (ckpt.folded, ckpt.findings_ledger)
+    assert seed.evidence_recovery == ckpt.evidence_recovery
+    assert seed.turn_number == 4
+    assert seed.skill_cursor == "refunds"
+
+
+def test_continue_from_appends_the_user_turn_with_a_fresh_repair_budget() -> None:
+    ckpt = crash_checkpoint(failure_point=None)
+    seed = continue_from(ckpt, "and the second order?", agent_id="billing")
+    assert seed.history == (*ckpt.history, Message("user", "and the second order?"))
+    assert seed.message == "and the second order?"
+    assert seed.evidence_recovery is None
+    assert seed.turn_number == 5
+    assert seed.findings_ledger == ckpt.findings_ledger and seed.folded == ckpt.folded
+    nxt = seed.checkpoint(last_completed_iteration=1, answer="It shipped too.")
+    doc = nxt.to_json()
+    assert doc["originalInput"] == {"message": "and the second order?"}
+    assert doc["history"][-1] == {"role": "assistant", "content": "It shipped too."}
+    assert doc["turnNumber"] == 5 and "evidenceRecovery" not in doc
+    assert doc["identity"] == {"tenant": "acme", "principal": "alice", "conversationId": "conv-9"}
+
+
+def test_billing_conversation_handed_to_support_is_refused_by_name() -> None:
+    with pytest.raises(ConversationMismatchError) as caught:
+        resume_on_error(crash_checkpoint(), agent_id="support")
+    err = caught.value
+    assert err.code == "ERR_CONVERSATION_MISMATCH"
+    assert (err.stored_agent_id, err.agent_id) == ("billing", "support")
+    assert str(err).startswith(
+        "Agent.resumeOnError: this conversation was recorded by agent 'billing' and was handed to agent 'support'."
+    )
+    with pytest.raises(ConversationMismatchError, match=r"^Agent\.run\(\{ continueFrom \}\)"):
+        continue_from(crash_checkpoint(), "hi", agent_id="support")
+
+
+def test_an_unnamed_agent_may_resume_and_keeps_the_identity() -> None:
+    seed = resume_on_error(crash_checkpoint())
+    assert seed.identity == Identity("conv-9", tenant="acme", principal="alice")
+    doc = seed.checkpoint(last_completed_iteration=1).to_json()
+    assert "agent" not in doc  # only an explicitly named agent stamps itself
+    assert doc["identity"]["conversationId"] == "conv-9"
+
+
+def test_an_agent_explicitly_named_agent_is_a_name() -> None:
+    with pytest.raises(ConversationMismatchError):
+        resume_on_error(crash_checkpoint(), agent_id="agent")
+    assert (
+        resume_on_error(crash_checkpoint(agent=AgentRef("agent")), agent_id="agent").agent_id
+        == "agent"
+    )
+
+
+def test_a_checkpoint_without_an_agent_is_accepted_by_any_agent() -> None:
+    seed = resume_on_error(crash_checkpoint(agent=None), agent_id="support")
+    assert seed.checkpoint().to_json()["agent"] == {"id": "support"}
+
+
+def test_an_explicit_identity_wins_over_the_stored_one() -> None:
+    mine = Identity("conv-new", principal="bob")
+    assert resume_on_error(crash_checkpoint(), identity=mine).identity == mine
+    assert continue_from(crash_checkpoint(), "x", identity=mine).identity == mine
+
+
+def test_the_door_runs_before_anything_else() -> None:
+    bad = crash_checkpoint().to_json()
+    bad["history"].append({"role": "user"})
+    with pytest.raises(InvalidCheckpointError, match=r"history\[3\] is missing text"):
+        resume_on_error(bad, agent_id="support")  # not a mismatch: the door refused first
+
+
+def test_resume_from_a_stored_checkpoint(tmp_path: object) -> None:
+    store = open_store("memory://")
+    store.put(crash_checkpoint())
+    stored = store.get("conv-9")
+    assert stored is not None
+    assert resume_on_error(stored).history == HISTORY
+
+
+# -- failure capture ------------------------------------------------------------------------
+
+
+def test_failure_point_records_what_was_open() -> None:
+    assert failure_point(3, open_stage="call-llm") == FailurePoint(3, "llm", "call-llm")
+    assert failure_point(
+        2, open_stage="lookup_order", declared_tools=["lookup_order"]
+    ) == FailurePoint(2, "tool", "lookup_order")
+    fp = failure_point(4, error=RuntimeError("boom"))
+    assert fp == FailurePoint(4, "unknown") and fp.stage is None
+
+
+@pytest.mark.parametrize(
+    "stage",
+    [
+        "https://api.example.com/v1",
+        "sk-ant-api03-abcdefghijklmnop",
+        "Bearer abc",
+        "AKIAIOSFODNN7EXAMPLE",
+        "hello world, the user said",
+        "tool name?",
+        "aB3dE5fG7hJ9kL1mN3pQ5rS7",
+    ],
+)
+def test_a_stage_that_could_leak_is_refused_by_the_writer(stage: str) -> None:
+    with pytest.raises(UnsafeStageError):
+        failure_point(1, open_stage=stage)
+    doc = RunCheckpoint.new("m", run_id="r", failure_point=FailurePoint(1, "tool", stage))
+    with pytest.raises(UnsafeStageError):
+        open_store("memory://").put(doc)
+
+
+def test_ordinary_tool_names_are_accepted_as_stages() -> None:
+    for name in ("lookup_order", "retrieve_customer_billing_history_v2", "search.web", "db:query"):
+        assert failure_point(1, open_stage=name).stage == name
+
+
+def test_an_undeclared_tool_name_is_refused() -> None:
+    with pytest.raises(UnsafeStageError):
+        failure_point(1, open_stage="rm_rf", declared_tools=["lookup_order"])
+
+
+class OpenAIError(Exception):
+    pass
+
+
+class ToolCallError(Exception):
+    pass
+
+
+class CircuitOpen(Exception):
+    code = "ERR_CIRCUIT_OPEN"
+
+
+@pytest.mark.parametrize(
+    ("exc", "phase"),
+    [
+        (CircuitOpen("open"), "llm"),
+        (OpenAIError("rate limited"), "llm"),
+        (RuntimeError("the provider returned 500"), "llm"),
+        (RuntimeError("Anthropic overloaded"), "llm"),
+        (ToolCallError("bad args"), "tool"),
+        (RuntimeError("Tool lookup crashed"), "tool"),
+        (RuntimeError("max iterations reached"), "iteration"),
+        (RuntimeError("disk full"), "unknown"),
+    ],
+)
+def test_classify_error_follows_the_runtime_heuristic(exc: BaseException, phase: str) -> None:
+    assert classify_error(exc) == phase
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, message: str = "") -> None:
+        super().__init__(message or f"HTTP {status}")
+        self.status_code = status
+
+
+class AuthenticationError(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (HTTPError(500), True),
+        (HTTPError(429), True),
+        (TimeoutError("read timed out"), True),
+        (HTTPError(400), False),
+        (HTTPError(404), False),
+        (HTTPError(422), False),
+        (HTTPError(401), False),
+        (AuthenticationError("nope"), False),
+        (RuntimeError("Invalid API key provided"), False),
+        (RuntimeError("This model's maximum context length is 128000 tokens"), False),
+        (RuntimeError("prompt is too long: 540000 tokens > 200000 maximum"), False),
+    ],
+)
+def test_can_resume_refuses_failures_that_would_repeat(exc: BaseException, expected: bool) -> None:
+    assert can_resume(exc) is expected
+
+
+def test_run_checkpoint_error_says_where_and_what_to_do() -> None:
+    err = RunCheckpointError(HTTPError(503, "upstream 503"), crash_checkpoint())
+    assert err.code == "ERR_RUN_CHECKPOINT"
+    assert str(err) == (
+        "[agent run] failed at iteration 3 during the LLM call (stage: call-llm). Last-good "
+        "checkpoint captured at iteration 2. Pass to agent.resumeOnError(checkpoint) to "
+        "continue. Underlying error: upstream 503"
+    )
+    err = RunCheckpointError(RuntimeError("x"), crash_checkpoint(failure_point=None))
+    assert "failed at iteration ? (phase unknown — nothing was open when it threw)" in str(err)
