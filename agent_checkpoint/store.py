@@ -7,6 +7,7 @@ retries live here once, so every backend behaves the same (the conformance suite
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from tenacity import (
 
 from .backends import open_backend
 from .backends.base import Backend, Query, Record, Summary
+from .claims import Claim, LeaseInfo, live_leases
 from .codec import Codec
 from .envelope import PAUSED_RUN, Envelope, conversation_of, to_envelope
 from .errors import (
@@ -286,9 +288,7 @@ class Store:
         return Forgotten(forgotten, len(victims) > limit)
 
     def _drop(self, summary: Summary) -> bool:
-        return self._call(
-            lambda: self.backend.drop(summary.key, expect_revision=summary.revision)
-        )
+        return self._call(lambda: self.backend.drop(summary.key, expect_revision=summary.revision))
 
     # -- listing -------------------------------------------------------------------------
 
@@ -352,6 +352,32 @@ class Store:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    # -- claims --------------------------------------------------------------------------
+
+    def claim(self, key: str, worker: str, *, ttl: float) -> Claim:
+        """An exclusive lease on the run under ``key`` for ``ttl`` seconds, for one worker.
+
+        Raises ``ClaimedError`` while another worker's lease is live, ``NotFoundError`` if no
+        run is stored there. Writes through the returned ``Claim`` are fenced: once the lease
+        expired and another worker took the run, they raise ``LeaseError``.
+        """
+        if not isinstance(worker, str) or not worker:
+            raise InvalidKeyError("a claim needs a non-empty worker name")
+        if ttl <= 0:
+            raise ValueError(f"ttl must be positive, got {ttl!r}")
+        return Claim.acquire(self, check_key(key), worker, int(ttl * 1000))
+
+    def claims(self, *, limit: int = 1000) -> builtins.list[LeaseInfo]:
+        """Live claims: key, worker and expiry (epoch ms)."""
+        return live_leases(self, limit)
+
+    def now(self) -> int:
+        return self._clock()
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run a backend operation under this store's retry policy."""
+        return self._call(fn)
 
     def _call(self, fn: Callable[[], T]) -> T:
         for attempt in self.retry.retrying():

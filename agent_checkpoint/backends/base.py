@@ -33,6 +33,7 @@ from ..errors import BackendError, BackendUnavailableError, ConflictError, Owner
 
 __all__ = [
     "Backend",
+    "Namespaced",
     "Query",
     "Record",
     "Summary",
@@ -120,6 +121,15 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release what the backend created; idempotent; leaves injected clients open."""
         ...
+
+
+@runtime_checkable
+class Namespaced(Protocol):
+    """Optional: an isolated sibling backend on the same connection, for the Store's own
+    bookkeeping (claims live in ``namespace("leases")``). Its records never appear in this
+    backend's listing, and ``name`` must be a short identifier (letters, digits, ``_``)."""
+
+    def namespace(self, name: str) -> Backend: ...
 
 
 def resolve_owner(key: str, stored: str | None, incoming: str | None) -> str | None:

@@ -5,6 +5,7 @@ Layout under the root folder::
     records/<name>     one JSON header line (the summary), a newline, then the stored bytes
     locks/<n>.lock     256 striped lock files; ``flock`` serialises writers of one key
     index.sqlite3      summaries for listing, plus a ``pending`` table of keys mid-write
+    _<namespace>/      the same layout again for the Store's bookkeeping (claims)
 
 A write takes the key's lock, reads the current header from the record file (the source of
 truth, never the index), marks the key pending in the index, writes a temp file, fsyncs it,
@@ -142,7 +143,7 @@ class DiskBackend:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
-        self._closed = False
+        self._siblings: dict[str, DiskBackend] = {}
         fresh = not (self.root / "index.sqlite3").exists()
         self._db().executescript(_SCHEMA)
         if fresh and any(self._records.iterdir()):
@@ -356,7 +357,16 @@ class DiskBackend:
             raise
         return len(rows)
 
+    def namespace(self, name: str) -> DiskBackend:
+        with self._guard:
+            sibling = self._siblings.get(name)
+            if sibling is None:
+                sibling = self._siblings[name] = DiskBackend(self.root / f"_{name}", fsync=self.fsync)
+            return sibling
+
     def close(self) -> None:
+        for sibling in list(self._siblings.values()):
+            sibling.close()
         with self._guard:
             for conn in self._connections:
                 conn.close()

@@ -19,6 +19,7 @@ class MemoryBackend:
         self._newest: list[tuple[int, str]] = []  # (-saved_at, key)
         self._oldest: list[tuple[int, str]] = []  # (saved_at, key)
         self._lock = threading.Lock()
+        self._namespaces: dict[str, MemoryBackend] = {}
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MemoryBackend:
@@ -86,6 +87,10 @@ class MemoryBackend:
                     if len(out) >= query.limit:
                         break
             return out
+
+    def namespace(self, name: str) -> MemoryBackend:
+        with self._lock:
+            return self._namespaces.setdefault(name, MemoryBackend())
 
     def close(self) -> None:
         pass

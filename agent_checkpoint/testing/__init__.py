@@ -12,6 +12,6 @@ backend. A third-party backend's test module subclasses it and supplies a ``stor
 Requires pytest (the ``test`` extra).
 """
 
-from .conformance import StoreConformance, checkpoint, stamped
+from .conformance import ClaimsConformance, StoreConformance, checkpoint, stamped
 
-__all__ = ["StoreConformance", "checkpoint", "stamped"]
+__all__ = ["ClaimsConformance", "StoreConformance", "checkpoint", "stamped"]
