@@ -63,6 +63,7 @@ def test_put_accepts_an_envelope_and_keeps_its_saved_at(
     envelope = stamped(checkpoint("r-env"), 1_700_000_000_000).to_json()
     assert run(capsys, "put", write(tmp_path, "e.json", envelope), "--store", store_url)[0] == 0
     code, out, _ = run(capsys, "ls", "--json", "--store", store_url)
+    assert code == 0
     assert json.loads(out)["items"][0]["savedAt"] == 1_700_000_000_000
 
 
@@ -80,7 +81,7 @@ def test_ls_json_filters_and_pages(
                 ),
                 key=f"k{i}",
             )
-    code, out, err = run(capsys, "ls", "--json", "--limit", "2", "--store", store_url)
+    code, out, _err = run(capsys, "ls", "--json", "--limit", "2", "--store", store_url)
     page = json.loads(out)
     assert [i["key"] for i in page["items"]] == ["k4", "k3"] and page["cursor"]
     code, out, _ = run(
@@ -88,8 +89,10 @@ def test_ls_json_filters_and_pages(
     )
     assert [i["key"] for i in json.loads(out)["items"]] == ["k2", "k1"]
     code, out, _ = run(capsys, "ls", "--json", "--owner", "p", "--failed", "--store", store_url)
+    assert code == 0
     assert [i["key"] for i in json.loads(out)["items"]] == ["k3"]
     code, out, _ = run(capsys, "ls", "--json", "--all", "--before", "1003", "--store", store_url)
+    assert code == 0
     assert [i["key"] for i in json.loads(out)["items"]] == ["k2", "k1", "k0"]
 
 
@@ -134,7 +137,7 @@ def test_bad_input_is_one_line_and_stores_nothing(
 ) -> None:
     path = tmp_path / "bad.json"
     path.write_bytes(content)
-    code, out, err = run(capsys, "put", str(path), "--store", store_url)
+    code, _out, err = run(capsys, "put", str(path), "--store", store_url)
     assert code == expected_code
     assert err.startswith("agent-checkpoint: error: ") and message in err and err.count("\n") == 1
     assert run(capsys, "ls", "--json", "--store", store_url)[1].count('"key"') == 0

@@ -36,6 +36,7 @@ __all__ = [
     "Namespaced",
     "Query",
     "Record",
+    "Repairable",
     "Summary",
     "is_after",
     "matches",
@@ -130,6 +131,16 @@ class Namespaced(Protocol):
     backend's listing, and ``name`` must be a short identifier (letters, digits, ``_``)."""
 
     def namespace(self, name: str) -> Backend: ...
+
+
+@runtime_checkable
+class Repairable(Protocol):
+    """Optional, for backends whose index is written after the record (disk, S3): read the
+    records themselves, bypassing the index, and rebuild the index from them."""
+
+    def iter_records(self) -> Iterator[Record]: ...
+
+    def rebuild_index(self) -> int: ...
 
 
 def resolve_owner(key: str, stored: str | None, incoming: str | None) -> str | None:

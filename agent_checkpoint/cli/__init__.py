@@ -23,12 +23,13 @@ from ..errors import (
     StoreError,
 )
 from . import interchange as interchange_commands
+from . import ops as ops_commands
 from . import store_commands as store_commands
 from ._common import EXIT, CommandError
 
 __all__ = ["EXIT", "CommandError", "build_parser", "main"]
 
-_GROUPS = (store_commands, interchange_commands)
+_GROUPS = (store_commands, ops_commands, interchange_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,17 +10,21 @@ from .failure import (
     failure_point,
 )
 from .seed import ResumeSeed, assert_continuable, continue_from, resume_on_error
+from .worker import Handler, WorkerReport, resume_failed_runs
 
 __all__ = [
     "LLM_STAGE",
+    "Handler",
     "ResumeSeed",
     "RunCheckpointError",
     "UnsafeStageError",
+    "WorkerReport",
     "assert_continuable",
     "can_resume",
     "check_stage",
     "classify_error",
     "continue_from",
     "failure_point",
+    "resume_failed_runs",
     "resume_on_error",
 ]

@@ -1,0 +1,194 @@
+"""Operations commands on real stores: claims, copy, migrate, verify, resume-worker."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from support.legacy import legacy_record
+
+from agent_checkpoint import open_store
+from agent_checkpoint.backends.disk import file_name
+from agent_checkpoint.cli import EXIT, main
+from agent_checkpoint.testing import checkpoint, stamped
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def fill(url: str, n: int, **kw: object) -> None:
+    with open_store(url) as store:
+        for i in range(n):
+            store.put(stamped(checkpoint(f"r{i}", **kw), 1000 + i), key=f"k{i}")  # type: ignore[arg-type]
+
+
+def test_copy_is_byte_identical_verified_and_resumable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, dst = str(tmp_path / "a"), str(tmp_path / "b")
+    fill(src, 30, principal="p")
+    with open_store(dst) as target, open_store(src) as source:  # a partial earlier copy
+        rec = source.get_record("k3")
+        assert rec is not None
+        target.put_record(rec)
+    code, out, _ = run(capsys, "copy", "--store", src, "--to", dst)
+    assert code == 0 and "Copied 29 record(s)" in out and "1 already there" in out
+    with open_store(src) as a, open_store(dst) as b:
+        assert [(s.key, s.saved_at, s.owner) for s in a.iter_summaries()] == [
+            (s.key, s.saved_at, s.owner) for s in b.iter_summaries()
+        ]
+        for s in a.iter_summaries():
+            assert a.get_record(s.key).body == b.get_record(s.key).body  # type: ignore[union-attr]
+
+
+def test_copy_refuses_to_clobber_different_content(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, dst = str(tmp_path / "a"), str(tmp_path / "b")
+    fill(src, 2)
+    with open_store(dst) as target:
+        target.put(checkpoint("other"), key="k1")
+    code, _, err = run(capsys, "copy", "--store", src, "--to", dst)
+    assert code == EXIT["conflict"] and "--overwrite" in err
+    assert run(capsys, "copy", "--store", src, "--to", dst, "--overwrite")[0] == 0
+
+
+def test_migrate_upgrades_every_old_record_and_can_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = str(tmp_path)
+    with open_store(url) as store:
+        for i in range(12):
+            store.backend.save(legacy_record(f"old{i}", 1000 + i, text=f"hello {i}"))
+        store.put(checkpoint("new"), key="new")
+    spec = "support.legacy:MIGRATIONS"
+    code, out, _ = run(capsys, "migrate", "--dry-run", "--migrations", spec, "--store", url)
+    assert code == 0
+    assert (
+        code == 0 and out.strip() == "would upgrade 12 record(s); 1 already at version 1; 0 failed"
+    )
+    code, out, _ = run(capsys, "migrate", "--migrations", spec, "--store", url)
+    assert code == 0 and out.strip() == "upgraded 12 record(s); 1 already at version 1; 0 failed"
+    code, out, _ = run(capsys, "migrate", "--migrations", spec, "--store", url)
+    assert code == 0
+    assert out.strip() == "upgraded 0 record(s); 13 already at version 1; 0 failed"
+    with open_store(url) as store:  # readable now without the test-only step
+        got = store.get("old7")
+        assert got is not None and got.history[0].content == "hello 7" and got.version == 1
+        assert store.head("old7").saved_at == 1007  # type: ignore[union-attr]
+
+
+def test_migrate_interrupted_midway_finishes_on_the_next_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent_checkpoint.cli import ops
+
+    url = str(tmp_path)
+    with open_store(url) as store:
+        for i in range(10):
+            store.backend.save(legacy_record(f"old{i}", 1000 + i))
+    calls = 0
+    original = ops.Store.put
+
+    def flaky_put(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        if calls == 5:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    ops.Store.put = flaky_put  # type: ignore[method-assign]
+    try:
+        code, _, _ = run(
+            capsys, "migrate", "--migrations", "support.legacy:MIGRATIONS", "--store", url
+        )
+    finally:
+        ops.Store.put = original  # type: ignore[method-assign]
+    assert code == 130
+    code, out, _ = run(
+        capsys, "migrate", "--migrations", "support.legacy:MIGRATIONS", "--store", url
+    )
+    assert out.strip() == "upgraded 6 record(s); 4 already at version 1; 0 failed"
+
+
+def test_verify_reports_unreadable_records_and_repairs_the_index(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = str(tmp_path)
+    fill(url, 5)
+    bad = tmp_path / "records" / file_name("k2")
+    bad.write_bytes(bad.read_bytes()[:-20])
+    code, out, _ = run(capsys, "verify", "--json", "--store", url)
+    assert code == 0
+    report = json.loads(out)
+    assert code == EXIT["invalid"] and report["unreadable"] == ["k2"] and report["checked"] == 5
+    bad.unlink()
+    with open_store(url) as store:
+        store.backend._db().execute("DELETE FROM summaries WHERE key = 'k4'")  # type: ignore[attr-defined]
+    code, out, _ = run(capsys, "verify", "--store", url)
+    assert code == 0
+    assert (
+        code == EXIT["invalid"]
+        and "stale index entry: k2" in out
+        and "missing from index: k4" in out
+    )
+    code, out, _ = run(capsys, "verify", "--repair", "--store", url)
+    assert code == 0 and "index rebuilt: 4 record(s) listed" in out
+    code, out, _ = run(capsys, "verify", "--store", url)
+    assert code == 0 and out.startswith("checked 4 record(s): 0 unreadable")
+
+
+def test_claims_lists_live_leases(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = str(tmp_path)
+    fill(url, 2, failed="llm")
+    with open_store(url) as store, store.claim("k1", "worker-a", ttl=60):
+        code, out, _ = run(capsys, "claims", "--json", "--store", url)
+        assert code == 0
+        assert [(c["key"], c["worker"]) for c in json.loads(out)] == [("k1", "worker-a")]
+        code, out, _ = run(capsys, "claims", "--store", url)
+        assert code == 0
+        assert "worker-a" in out and out.splitlines()[0].split()[:2] == ["KEY", "WORKER"]
+    assert run(capsys, "claims", "--store", url)[1].strip() == "no live claims"
+
+
+AGENT = textwrap.dedent(
+    """
+    import json, os, sys
+    seed = json.load(open(os.environ["AGENT_CHECKPOINT_SEED"]))
+    if seed["originalInput"]["message"] == "explode":
+        sys.exit(3)
+    seed["history"].append({"role": "assistant", "content": "resumed " + os.environ["AGENT_CHECKPOINT_KEY"]})
+    print(json.dumps(seed))
+    """
+)
+
+
+def test_resume_worker_runs_a_command_per_failed_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = str(tmp_path)
+    with open_store(url) as store:
+        store.put(stamped(checkpoint("a", failed="llm"), 1000), key="a")
+        store.put(stamped(checkpoint("b"), 1001), key="b")  # did not fail
+        bad = checkpoint("c", failed="tool").evolve(
+            original_input=checkpoint().original_input.__class__("explode")
+        )
+        store.put(stamped(bad, 1002), key="c")
+    code, out, err = run(
+        capsys, "resume-worker", "--store", url, "--worker", "w1", "--", sys.executable, "-c", AGENT
+    )
+    assert code == EXIT["backend"]
+    assert "resumed a" in out and "1 resumed, 1 failed" in out
+    assert "failed c: RuntimeError: command failed with exit code 3" in err
+    with open_store(url) as store:
+        a = store.get("a")
+        assert a is not None and a.failure_point is None and a.history[-1].content == "resumed a"
+        c = store.get("c")
+        assert c is not None and c.failure_point is not None  # left as it was
+        assert store.claims() == []
