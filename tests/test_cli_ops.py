@@ -125,14 +125,12 @@ def test_verify_reports_unreadable_records_and_repairs_the_index(
     bad = tmp_path / "records" / file_name("k2")
     bad.write_bytes(bad.read_bytes()[:-20])
     code, out, _ = run(capsys, "verify", "--json", "--store", url)
-    assert code == 0
     report = json.loads(out)
     assert code == EXIT["invalid"] and report["unreadable"] == ["k2"] and report["checked"] == 5
     bad.unlink()
     with open_store(url) as store:
         store.backend._db().execute("DELETE FROM summaries WHERE key = 'k4'")  # type: ignore[attr-defined]
     code, out, _ = run(capsys, "verify", "--store", url)
-    assert code == 0
     assert (
         code == EXIT["invalid"]
         and "stale index entry: k2" in out
