@@ -27,7 +27,7 @@ from ..model import RunCheckpoint
 from ..resume import ResumeSeed, resume_failed_runs
 from ..store import Store, open_store
 from ._common import EXIT, CommandError, add_store_option, print_json, store_from
-from .store_commands import format_time
+from .store_commands import format_time, table_console
 
 
 @contextmanager
@@ -71,7 +71,7 @@ def cmd_claims(args: argparse.Namespace) -> int:
         table.add_row(
             c.key, c.worker, format_time(c.expires_at), f"{(c.expires_at - now) / 1000:.0f}s"
         )
-    Console().print(table)
+    table_console().print(table)
     return EXIT["ok"]
 
 

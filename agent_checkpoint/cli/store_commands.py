@@ -85,7 +85,7 @@ def _failure(s: Summary) -> str:
 
 
 def summaries_table(summaries: list[Summary]) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
+    table = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
     for name, justify in (
         ("KEY", "left"),
         ("SAVED (UTC)", "left"),
@@ -96,11 +96,18 @@ def summaries_table(summaries: list[Summary]) -> Table:
         ("SIZE", "right"),
         ("REV", "right"),
     ):
-        table.add_column(name, justify=justify, overflow="fold" if name == "KEY" else "ellipsis")  # type: ignore[arg-type]
+        table.add_column(
+            name,
+            justify=justify,  # type: ignore[arg-type]
+            overflow="fold" if name == "KEY" else "ellipsis",
+            no_wrap=name != "KEY",
+            min_width=12 if name == "KEY" else None,
+            max_width=24 if name in ("OWNER", "AGENT") else None,
+        )
     for s in summaries:
         table.add_row(
             s.key,
-            format_time(s.saved_at),
+            format_time(s.saved_at)[:16],
             s.owner or "-",
             s.agent_id or "-",
             _failure(s),
@@ -109,6 +116,11 @@ def summaries_table(summaries: list[Summary]) -> Table:
             str(s.revision),
         )
     return table
+
+
+def table_console() -> Console:
+    """A console for tables: the terminal's width, or unbounded when piped (no truncation)."""
+    return Console() if sys.stdout.isatty() else Console(width=100_000)
 
 
 def _read_input(path: str) -> Any:
@@ -217,7 +229,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"items": [summary_json(s) for s in items], "cursor": cursor})
         return EXIT["ok"]
-    console = Console()
+    console = table_console()
     if not items:
         console.print("no checkpoints", highlight=False)
     else:
