@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from .container import Sealer
 from .envelope import (
     PAUSED_RUN,
     Envelope,
@@ -75,17 +76,27 @@ def _digest(doc: Mapping[str, Any]) -> Digest:
 
 
 class Codec:
-    """Encodes envelopes to stored bytes and back, upgrading old versions on read."""
+    """Encodes envelopes to stored bytes and back, upgrading old versions on read.
 
-    def __init__(self, migrations: Migrations = DEFAULT) -> None:
+    With a ``Sealer`` that has keys or compression, the bytes are a self-describing container
+    (``container.py``); reads open containers and plain envelopes alike.
+    """
+
+    def __init__(self, migrations: Migrations = DEFAULT, sealer: Sealer | None = None) -> None:
         self.migrations = migrations
+        self.sealer = sealer or Sealer()
 
-    def encode(self, envelope: Envelope | Mapping[str, Json]) -> tuple[bytes, Digest]:
-        """Validate an envelope (object or JSON), return its bytes and index digest."""
+    def encode(self, envelope: Envelope | Mapping[str, Json], key: str) -> tuple[bytes, Digest]:
+        """Validate an envelope (object or JSON) stored under ``key``; return its stored bytes
+        and index digest."""
         doc = envelope.to_json() if isinstance(envelope, Envelope) else dict(envelope)
         validate_envelope(doc)
         check_writable(_conversation(doc))
-        return orjson.dumps(doc), _digest(doc)
+        return self.sealer.seal(orjson.dumps(doc), key), _digest(doc)
+
+    def reseal(self, body: bytes, key: str) -> bytes:
+        """The same envelope under this codec's current container settings (for ``rekey``)."""
+        return self.sealer.seal(self.sealer.open(body, key), key)
 
     def decode_json(self, body: bytes, key: str | None = None) -> dict[str, Json]:
         """The envelope as plain JSON, upgraded and checked; unreadable bytes raise."""
@@ -94,6 +105,7 @@ class Codec:
         return doc
 
     def _upgraded(self, body: bytes, key: str | None) -> dict[str, Json]:
+        body = self.sealer.open(body, key)
         try:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError:

@@ -27,13 +27,16 @@ from .backends import open_backend
 from .backends.base import Backend, Query, Record, Summary
 from .claims import Claim, LeaseInfo, live_leases
 from .codec import Codec
-from .envelope import PAUSED_RUN, Envelope, conversation_of, to_envelope
+from .container import Compression, Keyring, Sealer
+from .envelope import PAUSED_RUN, Envelope, conversation_of, to_envelope, validate_envelope
 from .errors import (
     BackendUnavailableError,
     ConflictError,
     InvalidKeyError,
     RecordTooLargeError,
 )
+from .migrations import DEFAULT as DEFAULT_MIGRATIONS
+from .migrations import Migrations
 from .model import Json, RunCheckpoint, now_ms
 
 __all__ = [
@@ -180,16 +183,16 @@ class Store:
     ) -> Summary:
         """Store a checkpoint (or envelope, or its JSON) and return the stored summary."""
         envelope = self.envelope_for(item)
-        body, digest = self.codec.encode(envelope)
         if key is None:
             key = (
                 envelope.conversation.default_key
                 if isinstance(envelope, Envelope)
                 else default_key(envelope)
             )
+        body, digest = self.codec.encode(envelope, check_key(key))
         record = Record(
             Summary(
-                key=check_key(key),
+                key=key,
                 run_id=digest.run_id,
                 saved_at=digest.saved_at,
                 owner=digest.owner,
@@ -388,6 +391,14 @@ class Store:
 
 def default_key(envelope: Mapping[str, Any]) -> str:
     """``identity.conversationId`` when present, else ``runId`` (of the paused conversation)."""
+    try:
+        return _default_key(envelope)
+    except (KeyError, TypeError, AttributeError):
+        validate_envelope(envelope)  # raises the door's message for what is missing
+        raise
+
+
+def _default_key(envelope: Mapping[str, Any]) -> str:
     data = envelope["data"]
     conversation = data["conversation"] if envelope.get("format") == PAUSED_RUN else data
     identity = conversation.get("identity")
@@ -400,7 +411,9 @@ def default_key(envelope: Mapping[str, Any]) -> str:
 def open_store(
     url: str | None = None,
     *,
-    codec: Codec | None = None,
+    keyring: Keyring | None = None,
+    compress: Compression | None = None,
+    migrations: Migrations | None = None,
     retry: RetryPolicy | None = None,
     max_record_bytes: int | None = None,
     **backend_options: Any,
@@ -408,8 +421,12 @@ def open_store(
     """A ``Store`` on the backend ``url`` names (see ``backends.open_backend``).
 
     With no URL: ``$AGENT_CHECKPOINT_STORE`` if set, else a disk store in ``./.agent-checkpoints``.
+    ``keyring`` encrypts new records (AES-256-GCM) and opens old ones; ``compress="zlib"``
+    compresses them; either wraps records in the container of ``container.py``.
+    ``backend_options`` go to the backend (``prefix=``, ``schema=``, a ready ``client=``...).
     """
     url = url or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
+    codec = Codec(migrations or DEFAULT_MIGRATIONS, Sealer(keyring=keyring, compress=compress))
     return Store(
         open_backend(url, **backend_options),
         codec=codec,

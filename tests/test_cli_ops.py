@@ -87,14 +87,14 @@ def test_migrate_upgrades_every_old_record_and_can_resume(
 def test_migrate_interrupted_midway_finishes_on_the_next_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from agent_checkpoint.cli import ops
+    from agent_checkpoint.store import Store
 
     url = str(tmp_path)
     with open_store(url) as store:
         for i in range(10):
             store.backend.save(legacy_record(f"old{i}", 1000 + i))
     calls = 0
-    original = ops.Store.put
+    original = Store.put
 
     def flaky_put(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         nonlocal calls
@@ -103,13 +103,13 @@ def test_migrate_interrupted_midway_finishes_on_the_next_run(
             raise KeyboardInterrupt
         return original(self, *args, **kwargs)
 
-    ops.Store.put = flaky_put  # type: ignore[method-assign]
+    Store.put = flaky_put  # type: ignore[method-assign]
     try:
         code, _, _ = run(
             capsys, "migrate", "--migrations", "support.legacy:MIGRATIONS", "--store", url
         )
     finally:
-        ops.Store.put = original  # type: ignore[method-assign]
+        Store.put = original  # type: ignore[method-assign]
     assert code == 130
     code, out, _ = run(
         capsys, "migrate", "--migrations", "support.legacy:MIGRATIONS", "--store", url
@@ -190,3 +190,34 @@ def test_resume_worker_runs_a_command_per_failed_run(
         c = store.get("c")
         assert c is not None and c.failure_point is not None  # left as it was
         assert store.claims() == []
+
+
+def test_rekey_moves_every_record_to_the_new_primary_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import base64
+
+    k1, k2 = base64.b64encode(b"1" * 32).decode(), base64.b64encode(b"2" * 32).decode()
+    url = str(tmp_path)
+    monkeypatch.setenv("AGENT_CHECKPOINT_KEYS", f"k1:{k1}")
+    path = tmp_path / "c.json"
+    for i in range(3):
+        path.write_text(json.dumps(checkpoint(f"r{i}").to_json()))
+        assert run(capsys, "put", str(path), "--store", url)[0] == 0
+    monkeypatch.delenv("AGENT_CHECKPOINT_KEYS")
+    code, _, err = run(capsys, "get", "r0", "--store", url)
+    assert code == EXIT["invalid"] and "opened without keys" in err
+    code, _, err = run(capsys, "rekey", "--store", url)
+    assert code == EXIT["usage"] and "AGENT_CHECKPOINT_KEYS" in err
+    monkeypatch.setenv("AGENT_CHECKPOINT_KEYS", f"k2:{k2},k1:{k1}")
+    code, out, _ = run(capsys, "rekey", "--store", url)
+    assert (code, out.strip()) == (
+        0,
+        "re-encrypted 3 record(s); 0 already under the primary key; 0 failed",
+    )
+    monkeypatch.setenv("AGENT_CHECKPOINT_KEYS", f"k2:{k2}")
+    code, out, _ = run(capsys, "get", "r2", "--store", url)
+    assert code == 0 and json.loads(out)["runId"] == "r2"
+    monkeypatch.setenv("AGENT_CHECKPOINT_KEYS", "k2:not-base64!")
+    code, _, err = run(capsys, "ls", "--store", url)
+    assert code == EXIT["usage"] and "not valid base64" in err

@@ -5,10 +5,16 @@ import pytest
 
 from agent_checkpoint import Store, UnreadableEnvelopeError, open_store
 from agent_checkpoint.backends.disk import DiskBackend, file_name
-from agent_checkpoint.testing import ClaimsConformance, StoreConformance, checkpoint, stamped
+from agent_checkpoint.testing import (
+    ClaimsConformance,
+    EncryptionConformance,
+    StoreConformance,
+    checkpoint,
+    stamped,
+)
 
 
-class TestDiskStore(StoreConformance, ClaimsConformance):
+class TestDiskStore(StoreConformance, ClaimsConformance, EncryptionConformance):
     @pytest.fixture
     def store(self, tmp_path: Path) -> Iterator[Store]:
         with open_store(str(tmp_path / "store")) as store:

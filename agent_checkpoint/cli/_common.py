@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from ..container import keyring_from_env
 from ..store import DEFAULT_STORE_PATH, STORE_ENV, Store, open_store
 
 EXIT = {
@@ -42,8 +43,14 @@ def add_store_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def store_from(args: argparse.Namespace) -> Store:
-    return open_store(args.store or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH)
+def store_from(args: argparse.Namespace, url: str | None = None) -> Store:
+    """The store named by ``--store`` (or ``url``), with keys from ``$AGENT_CHECKPOINT_KEYS``."""
+    try:
+        keyring = keyring_from_env()
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    target = url or args.store or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
+    return open_store(target, keyring=keyring)
 
 
 def print_json(value: Any) -> None:

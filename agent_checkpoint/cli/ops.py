@@ -1,4 +1,4 @@
-"""Operations commands: claims, copy, migrate, verify, resume-worker."""
+"""Operations commands: claims, copy, migrate, rekey, verify, resume-worker."""
 
 from __future__ import annotations
 
@@ -19,13 +19,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..backends.base import Repairable
 from ..claims import Claim
-from ..errors import CheckpointError, ConflictError
+from ..container import KEYS_ENV
+from ..maintenance import (
+    copy_records,
+    count_records,
+    migrate_records,
+    rekey_records,
+    verify_store,
+)
 from ..migrations import Migrations
 from ..model import RunCheckpoint
 from ..resume import ResumeSeed, resume_failed_runs
-from ..store import Store, open_store
 from ._common import EXIT, CommandError, add_store_option, print_json, store_from
 from .store_commands import format_time, table_console
 
@@ -45,10 +50,6 @@ def progress(description: str, total: int | None) -> Iterator[Any]:
     ) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n=1: bar.advance(task, n)
-
-
-def _count(store: Store) -> int:
-    return sum(1 for _ in store.iter_summaries(page_size=1000))
 
 
 # -- claims ----------------------------------------------------------------------------------
@@ -79,35 +80,16 @@ def cmd_claims(args: argparse.Namespace) -> int:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
-    copied = skipped = 0
-    with store_from(args) as source, open_store(args.to) as target:
-        total = _count(source)
-        with progress("copying", total) as advance:
-            for summary in source.iter_summaries(page_size=500):
-                record = source.get_record(summary.key)
-                if record is None:  # deleted since it was listed
-                    advance()
-                    continue
-                existing = target.get_record(summary.key)
-                if existing is not None and existing.body == record.body:
-                    skipped += 1  # already copied: copy is resumable
-                elif existing is not None and not args.overwrite:
-                    raise CommandError(
-                        f"{summary.key!r} exists in the target with other content; "
-                        "use --overwrite to replace it",
-                        EXIT["conflict"],
-                    )
-                else:
-                    target.put_record(record)
-                    again = target.get_record(summary.key)
-                    if again is None or again.body != record.body:
-                        raise CommandError(
-                            f"verification failed for {summary.key!r}: the target holds other bytes",
-                            EXIT["backend"],
-                        )
-                    copied += 1
-                advance()
-    print(f"Copied {copied} record(s) to {args.to}; {skipped} already there; all verified")
+    with (
+        store_from(args) as source,
+        store_from(args, args.to) as target,
+        progress("copying", count_records(source)) as tick,
+    ):
+        report = copy_records(source, target, overwrite=args.overwrite, on_record=tick)
+    print(
+        f"Copied {report.copied} record(s) to {args.to}; {report.already_there} already there; "
+        "all verified"
+    )
     return EXIT["ok"]
 
 
@@ -127,114 +109,76 @@ def load_migrations(spec: str | None) -> Migrations | None:
     return value
 
 
+def _report_failures(failed: list[tuple[str, str]]) -> None:
+    for key, why in failed:
+        print(f"{key!r}: {why}", file=sys.stderr)
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     migrations = load_migrations(args.migrations)
-    store = store_from(args)
-    if migrations is not None:
-        store.codec.migrations = migrations
-    chain = store.codec.migrations
-    upgraded = current = failed = 0
-    with store, progress("migrating", _count(store)) as advance:
-        for summary in store.iter_summaries(page_size=500):
-            advance()
-            record = store.get_record(summary.key)
-            if record is None:
-                continue
-            try:
-                raw = orjson.loads(record.body)
-                data = raw.get("data") if isinstance(raw, dict) else None
-                if not chain.needs_upgrade(data):
-                    current += 1
-                    continue
-                doc = store.codec.decode_json(record.body, summary.key)
-            except (orjson.JSONDecodeError, CheckpointError) as exc:
-                failed += 1
-                print(f"cannot migrate {summary.key!r}: {exc}", file=sys.stderr)
-                continue
-            if args.dry_run:
-                upgraded += 1
-                continue
-            try:
-                store.put(doc, key=summary.key, if_revision=record.summary.revision)
-                upgraded += 1
-            except ConflictError:
-                print(
-                    f"{summary.key!r} changed during migration; run migrate again", file=sys.stderr
-                )
-                failed += 1
+    with store_from(args) as store:
+        if migrations is not None:
+            store.codec.migrations = migrations
+        with progress("migrating", count_records(store)) as tick:
+            report = migrate_records(store, dry_run=args.dry_run, on_record=tick)
+    _report_failures(report.failed)
     verb = "would upgrade" if args.dry_run else "upgraded"
     print(
-        f"{verb} {upgraded} record(s); {current} already at version {chain.current}; {failed} failed"
+        f"{verb} {report.upgraded} record(s); {report.current} already at version "
+        f"{store.codec.migrations.current}; {len(report.failed)} failed"
     )
-    return EXIT["ok"] if failed == 0 else EXIT["invalid"]
+    return EXIT["ok"] if not report.failed else EXIT["invalid"]
+
+
+# -- rekey -----------------------------------------------------------------------------------
+
+
+def cmd_rekey(args: argparse.Namespace) -> int:
+    with store_from(args) as store:
+        if store.codec.sealer.keyring is None:
+            raise CommandError(
+                f"rekey needs keys: set {KEYS_ENV} (the first key is the new primary)"
+            )
+        with progress("re-encrypting", count_records(store)) as tick:
+            report = rekey_records(store, on_record=tick)
+    _report_failures(report.failed)
+    print(
+        f"re-encrypted {report.rewritten} record(s); {report.current} already under the primary "
+        f"key; {len(report.failed)} failed"
+    )
+    return EXIT["ok"] if not report.failed else EXIT["invalid"]
 
 
 # -- verify ----------------------------------------------------------------------------------
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    unreadable: list[str] = []
-    stale: list[str] = []
-    unlisted: list[str] = []
-    checked = 0
-    with store_from(args) as store:
-        listed = {}
-        with progress("verifying", _count(store)) as advance:
-            for summary in store.iter_summaries(page_size=500):
-                listed[summary.key] = summary
-                record = store.get_record(summary.key)
-                if record is None or record.summary.revision != summary.revision:
-                    stale.append(summary.key)
-                elif not _decodes(store, record.body, summary.key):
-                    unreadable.append(summary.key)
-                checked += 1
-                advance()
-        backend = store.backend
-        if isinstance(backend, Repairable):
-            for record in backend.iter_records():
-                if record.key not in listed:
-                    unlisted.append(record.key)
-                    if not _decodes(store, record.body, record.key):
-                        unreadable.append(record.key)
-        repaired = None
-        if args.repair and (stale or unlisted):
-            if not isinstance(backend, Repairable):
-                raise CommandError(
-                    f"the {backend.name} backend keeps its index atomically; nothing to repair"
-                )
-            repaired = backend.rebuild_index()
-    report = {
-        "checked": checked,
-        "unreadable": unreadable,
-        "staleIndexEntries": stale,
-        "missingFromIndex": unlisted,
-        "repaired": repaired is not None,
-    }
+    with store_from(args) as store, progress("verifying", count_records(store)) as tick:
+        report = verify_store(store, repair=args.repair, on_record=tick)
     if args.json:
-        print_json(report)
+        print_json(
+            {
+                "checked": report.checked,
+                "unreadable": report.unreadable,
+                "staleIndexEntries": report.stale,
+                "missingFromIndex": report.unlisted,
+                "repaired": report.repaired is not None,
+            }
+        )
     else:
         print(
-            f"checked {checked} record(s): {len(unreadable)} unreadable, {len(stale)} stale index entries, "
-            f"{len(unlisted)} missing from the index"
+            f"checked {report.checked} record(s): {len(report.unreadable)} unreadable, "
+            f"{len(report.stale)} stale index entries, {len(report.unlisted)} missing from the index"
         )
-        for key in unreadable:
+        for key in report.unreadable:
             print(f"  unreadable: {key}")
-        for key in stale:
+        for key in report.stale:
             print(f"  stale index entry: {key}")
-        for key in unlisted:
+        for key in report.unlisted:
             print(f"  missing from index: {key}")
-        if repaired is not None:
-            print(f"index rebuilt: {repaired} record(s) listed")
-    problems = unreadable or ((stale or unlisted) and repaired is None)
-    return EXIT["invalid"] if problems else EXIT["ok"]
-
-
-def _decodes(store: Store, body: bytes, key: str) -> bool:
-    try:
-        store.codec.decode(body, key)
-    except CheckpointError:
-        return False
-    return True
+        if report.repaired is not None:
+            print(f"index rebuilt: {report.repaired} record(s) listed")
+    return EXIT["ok"] if report.ok else EXIT["invalid"]
 
 
 # -- resume-worker ---------------------------------------------------------------------------
@@ -313,6 +257,10 @@ def register(sub: Any) -> None:
     p.add_argument("--migrations", metavar="MODULE:ATTR", help="a Migrations object to use")
     add_store_option(p)
     p.set_defaults(run=cmd_migrate)
+
+    p = sub.add_parser("rekey", help="re-encrypt every record under the primary key")
+    add_store_option(p)
+    p.set_defaults(run=cmd_rekey)
 
     p = sub.add_parser("verify", help="decode every record and check the index")
     p.add_argument("--repair", action="store_true", help="rebuild the index if it disagrees")

@@ -12,6 +12,18 @@ backend. A third-party backend's test module subclasses it and supplies a ``stor
 Requires pytest (the ``test`` extra).
 """
 
-from .conformance import ClaimsConformance, StoreConformance, checkpoint, stamped
+from .conformance import (
+    ClaimsConformance,
+    EncryptionConformance,
+    StoreConformance,
+    checkpoint,
+    stamped,
+)
 
-__all__ = ["ClaimsConformance", "StoreConformance", "checkpoint", "stamped"]
+__all__ = [
+    "ClaimsConformance",
+    "EncryptionConformance",
+    "StoreConformance",
+    "checkpoint",
+    "stamped",
+]

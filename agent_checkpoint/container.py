@@ -1,0 +1,234 @@
+"""The self-describing container for compressed or encrypted records.
+
+By default a record's stored bytes are the JSON envelope itself, readable by any runtime. When a
+store is given a ``Keyring`` or ``compress="zlib"``, the envelope is wrapped::
+
+    MAGIC (b"\\x00ACK1") | header length (2 bytes, big endian) | header JSON | payload
+
+The header names the compression (``"c"``), the cipher (``"e"``: ``"aes-256-gcm"``), the key id
+(``"kid"``) and the nonce (``"n"``). Because a JSON envelope never starts with a NUL byte,
+containers and plain envelopes coexist in one store and each record says how to open it, so
+records written under different settings (or keys) stay readable.
+
+Encryption is AES-256-GCM with a fresh 96-bit nonce per record. The associated data binds the
+header and the record's store key, so a ciphertext moved to another key (or given another
+header) fails authentication instead of decrypting as someone else's conversation.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from .errors import CheckpointError, MissingDependencyError, UnreadableEnvelopeError
+
+__all__ = [
+    "MAGIC",
+    "DecryptionError",
+    "Keyring",
+    "Sealer",
+    "is_container",
+    "keyring_from_env",
+]
+
+MAGIC = b"\x00ACK1"
+Compression = Literal["zlib"]
+KEYS_ENV = "AGENT_CHECKPOINT_KEYS"
+
+
+class DecryptionError(UnreadableEnvelopeError):
+    """An encrypted record this store cannot open: its key id is unknown, or it fails
+    authentication (wrong key, tampered bytes, or bytes moved from another record)."""
+
+    code = "ERR_DECRYPTION"
+
+
+@dataclass(frozen=True)
+class Keyring:
+    """AES-256 keys by id. New records use ``primary``; any listed key opens old records, so
+    keys rotate by adding a new primary and running ``agent-checkpoint rekey``."""
+
+    keys: Mapping[str, bytes]
+    primary: str
+
+    def __post_init__(self) -> None:
+        if self.primary not in self.keys:
+            raise ValueError(f"primary key id {self.primary!r} is not in the keyring")
+        for kid, key in self.keys.items():
+            if not kid or not isinstance(key, bytes) or len(key) != 32:
+                raise ValueError(f"key {kid!r} must be 32 bytes (AES-256)")
+
+    @staticmethod
+    def generate_key() -> bytes:
+        return os.urandom(32)
+
+
+def keyring_from_env(value: str | None = None) -> Keyring | None:
+    """A keyring from ``$AGENT_CHECKPOINT_KEYS``: ``id:base64key[,id:base64key...]``, the first
+    one primary. ``None`` when unset."""
+    text = os.environ.get(KEYS_ENV) if value is None else value
+    if not text:
+        return None
+    keys: dict[str, bytes] = {}
+    order: list[str] = []
+    for item in text.split(","):
+        kid, sep, encoded = item.strip().partition(":")
+        if not sep:
+            raise ValueError(f"{KEYS_ENV} entries are id:base64key; got {kid[:12]!r}…")
+        try:
+            keys[kid] = base64.b64decode(encoded, validate=True)
+        except ValueError:
+            raise ValueError(f"{KEYS_ENV}: key {kid!r} is not valid base64") from None
+        order.append(kid)
+    return Keyring(keys, order[0])
+
+
+def is_container(body: bytes) -> bool:
+    return body[: len(MAGIC)] == MAGIC
+
+
+def _aesgcm(key: bytes) -> Any:
+    try:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    except ModuleNotFoundError as exc:
+        raise MissingDependencyError(
+            "encrypted stores need the 'cryptography' package; install it with: "
+            "pip install 'localab-checkpoint[encryption]'"
+        ) from exc
+    return AESGCM(key)
+
+
+@dataclass(frozen=True)
+class Sealer:
+    """Wraps envelope bytes into a container and back."""
+
+    keyring: Keyring | None = None
+    compress: Compression | None = None
+    _ciphers: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def active(self) -> bool:
+        return self.keyring is not None or self.compress is not None
+
+    def _cipher(self, kid: str) -> Any:
+        cipher = self._ciphers.get(kid)
+        if cipher is None:
+            assert self.keyring is not None
+            cipher = self._ciphers[kid] = _aesgcm(self.keyring.keys[kid])
+        return cipher
+
+    def seal(self, plain: bytes, key: str) -> bytes:
+        """The container for ``plain`` stored under ``key`` (plain bytes when inactive)."""
+        if not self.active:
+            return plain
+        header: dict[str, str] = {}
+        payload = plain
+        if self.compress == "zlib":
+            header["c"] = "zlib"
+            payload = zlib.compress(payload, 6)
+        if self.keyring is not None:
+            nonce = os.urandom(12)
+            header.update(
+                e="aes-256-gcm", kid=self.keyring.primary, n=base64.b64encode(nonce).decode()
+            )
+            head = orjson.dumps(header)
+            payload = self._cipher(self.keyring.primary).encrypt(nonce, payload, _aad(head, key))
+        else:
+            head = orjson.dumps(header)
+        return MAGIC + len(head).to_bytes(2, "big") + head + payload
+
+    def settled(self, body: bytes) -> bool:
+        """Whether ``body`` is already sealed the way this sealer seals new records."""
+        header = _header(body) if is_container(body) else None
+        if header is None:
+            return not self.active
+        kid = header.get("kid") if "e" in header else None
+        wanted_kid = self.keyring.primary if self.keyring is not None else None
+        return kid == wanted_kid and header.get("c") == self.compress
+
+    def open(self, body: bytes, key: str | None) -> bytes:
+        """The envelope bytes inside ``body`` (``body`` itself if it is no container)."""
+        if not is_container(body):
+            return body
+        start = len(MAGIC) + 2
+        size = int.from_bytes(body[len(MAGIC) : start], "big")
+        head = body[start : start + size]
+        try:
+            header = orjson.loads(head)
+            if not isinstance(header, dict):
+                raise TypeError("header is not an object")
+        except (orjson.JSONDecodeError, TypeError):
+            raise _broken(key, "its container header is damaged") from None
+        payload = body[start + size :]
+        if "e" in header:
+            payload = self._decrypt(header, head, payload, key)
+        if header.get("c") == "zlib":
+            try:
+                payload = zlib.decompress(payload)
+            except zlib.error:
+                raise _broken(key, "its compressed payload is damaged") from None
+        elif "c" in header:
+            raise _broken(key, f"it uses compression {header['c']!r}, which this library lacks")
+        return payload
+
+    def _decrypt(
+        self, header: Mapping[str, Any], head: bytes, payload: bytes, key: str | None
+    ) -> bytes:
+        kid = str(header.get("kid"))
+        if header.get("e") != "aes-256-gcm":
+            raise _broken(key, f"it uses cipher {header.get('e')!r}, which this library lacks")
+        if self.keyring is None:
+            raise DecryptionError(
+                f"record {key!r} is encrypted (key id {kid!r}) and this store was opened without "
+                f"keys; pass a Keyring or set {KEYS_ENV}. The record exists: it is not absent.",
+                session_id=key,
+                stored_preview="an encrypted record",
+            )
+        if kid not in self.keyring.keys:
+            raise DecryptionError(
+                f"record {key!r} is encrypted with key id {kid!r}, which this store's keyring "
+                f"({', '.join(sorted(self.keyring.keys))}) does not hold",
+                session_id=key,
+                stored_preview="an encrypted record",
+            )
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            nonce = base64.b64decode(header["n"])
+            plain: bytes = self._cipher(kid).decrypt(nonce, payload, _aad(head, key or ""))
+        except (InvalidTag, KeyError, ValueError):
+            raise DecryptionError(
+                f"record {key!r} failed authentication with key id {kid!r}: the bytes were "
+                "altered, or they belong to another record",
+                session_id=key,
+                stored_preview="an encrypted record",
+            ) from None
+        return plain
+
+
+def _header(body: bytes) -> dict[str, Any] | None:
+    start = len(MAGIC) + 2
+    size = int.from_bytes(body[len(MAGIC) : start], "big")
+    try:
+        header = orjson.loads(body[start : start + size])
+    except orjson.JSONDecodeError:
+        return None
+    return header if isinstance(header, dict) else None
+
+
+def _aad(head: bytes, key: str) -> bytes:
+    return head + b"\x00" + key.encode("utf-8", "surrogatepass")
+
+
+def _broken(key: str | None, why: str) -> CheckpointError:
+    return UnreadableEnvelopeError(
+        f"record {key!r} is present but unreadable: {why}",
+        session_id=key,
+        stored_preview="a container",
+    )

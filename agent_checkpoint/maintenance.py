@@ -1,0 +1,221 @@
+"""Whole-store operations: copy, migrate, rekey, verify. Each is resumable and reports.
+
+They walk the listing page by page and touch one record at a time, so they run on stores of any
+size; ``on_record`` is called once per record visited (for progress bars). Rewrites are
+compare-and-swap on the revision that was read, so a record changed meanwhile is reported, not
+clobbered, and running the operation again finishes the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import orjson
+
+from .backends.base import Record, Repairable
+from .errors import BackendError, CheckpointError, ConflictError
+from .store import Store
+
+__all__ = [
+    "CopyReport",
+    "MigrateReport",
+    "RekeyReport",
+    "VerifyReport",
+    "copy_records",
+    "count_records",
+    "migrate_records",
+    "rekey_records",
+    "verify_store",
+]
+
+Tick = Callable[[], None]
+
+
+def _noop() -> None:
+    pass
+
+
+def count_records(store: Store) -> int:
+    return sum(1 for _ in store.iter_summaries(page_size=1000))
+
+
+@dataclass
+class CopyReport:
+    copied: int = 0
+    already_there: int = 0
+
+
+def copy_records(
+    source: Store, target: Store, *, overwrite: bool = False, on_record: Tick = _noop
+) -> CopyReport:
+    """Copy every record's stored bytes to ``target`` and read each back to verify it.
+
+    A record already in the target with the same bytes is skipped (so a copy can be resumed);
+    one with other bytes is a ``ConflictError`` unless ``overwrite``.
+    """
+    report = CopyReport()
+    for summary in source.iter_summaries(page_size=500):
+        on_record()
+        record = source.get_record(summary.key)
+        if record is None:  # deleted since it was listed
+            continue
+        existing = target.get_record(summary.key)
+        if existing is not None and existing.body == record.body:
+            report.already_there += 1
+            continue
+        if existing is not None and not overwrite:
+            raise ConflictError(
+                f"{summary.key!r} exists in the target with other content; "
+                "use overwrite (--overwrite) to replace it",
+                key=summary.key,
+            )
+        target.put_record(record)
+        again = target.get_record(summary.key)
+        if again is None or again.body != record.body:
+            raise BackendError(
+                f"verification failed for {summary.key!r}: the target holds other bytes",
+                backend=target.backend.name,
+                operation="copy",
+            )
+        report.copied += 1
+    return report
+
+
+@dataclass
+class MigrateReport:
+    upgraded: int = 0
+    current: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _stored_version(store: Store, record: Record) -> object:
+    body = store.codec.sealer.open(record.body, record.key)
+    doc = orjson.loads(body)
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if isinstance(data, dict) and doc.get("format") == "flowchart-v1":
+        data = data.get("conversation")
+    return data
+
+
+def migrate_records(
+    store: Store, *, dry_run: bool = False, on_record: Tick = _noop
+) -> MigrateReport:
+    """Rewrite every record stored in an older version at ``store.codec.migrations.current``."""
+    chain = store.codec.migrations
+    report = MigrateReport()
+    for summary in store.iter_summaries(page_size=500):
+        on_record()
+        record = store.get_record(summary.key)
+        if record is None:
+            continue
+        try:
+            if not chain.needs_upgrade(_stored_version(store, record)):
+                report.current += 1
+                continue
+            doc = store.codec.decode_json(record.body, summary.key)
+        except (orjson.JSONDecodeError, CheckpointError) as exc:
+            report.failed.append((summary.key, str(exc)))
+            continue
+        if dry_run:
+            report.upgraded += 1
+            continue
+        try:
+            store.put(doc, key=summary.key, if_revision=record.summary.revision)
+        except ConflictError:
+            report.failed.append((summary.key, "changed during migration; run it again"))
+            continue
+        report.upgraded += 1
+    return report
+
+
+@dataclass
+class RekeyReport:
+    rewritten: int = 0
+    current: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+
+def rekey_records(store: Store, *, on_record: Tick = _noop) -> RekeyReport:
+    """Re-encrypt every record under the keyring's primary key (and current compression)."""
+    sealer = store.codec.sealer
+    report = RekeyReport()
+    for summary in store.iter_summaries(page_size=500):
+        on_record()
+        record = store.get_record(summary.key)
+        if record is None:
+            continue
+        if sealer.settled(record.body):
+            report.current += 1
+            continue
+        try:
+            body = store.codec.reseal(record.body, summary.key)
+            store.put_record(Record(record.summary, body), if_revision=record.summary.revision)
+        except ConflictError:
+            report.failed.append((summary.key, "changed during rekey; run it again"))
+            continue
+        except CheckpointError as exc:
+            report.failed.append((summary.key, str(exc)))
+            continue
+        report.rewritten += 1
+    return report
+
+
+@dataclass
+class VerifyReport:
+    checked: int = 0
+    unreadable: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    unlisted: list[str] = field(default_factory=list)
+    repaired: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.unreadable and (
+            self.repaired is not None or not (self.stale or self.unlisted)
+        )
+
+
+def _decodes(store: Store, record: Record) -> bool:
+    try:
+        store.codec.decode(record.body, record.key)
+    except CheckpointError:
+        return False
+    return True
+
+
+def verify_store(store: Store, *, repair: bool = False, on_record: Tick = _noop) -> VerifyReport:
+    """Decode every record and check the index against the records.
+
+    Where the backend writes its index after the record (``Repairable``: disk, S3), records
+    missing from the index are found too, and ``repair`` rebuilds the index from the records.
+    """
+    report = VerifyReport()
+    listed: set[str] = set()
+    for summary in store.iter_summaries(page_size=500):
+        on_record()
+        listed.add(summary.key)
+        record = store.get_record(summary.key)
+        if record is None or record.summary.revision != summary.revision:
+            report.stale.append(summary.key)
+        elif not _decodes(store, record):
+            report.unreadable.append(summary.key)
+        report.checked += 1
+    backend = store.backend
+    if isinstance(backend, Repairable):
+        for record in backend.iter_records():
+            if record.key not in listed:
+                report.unlisted.append(record.key)
+                if not _decodes(store, record):
+                    report.unreadable.append(record.key)
+    if repair and (report.stale or report.unlisted):
+        if isinstance(backend, Repairable):
+            report.repaired = store.call(backend.rebuild_index)
+        else:
+            raise BackendError(
+                f"the {backend.name} backend updates its index atomically with each record; "
+                "there is no separate index to rebuild",
+                backend=backend.name,
+                operation="verify",
+            )
+    return report
