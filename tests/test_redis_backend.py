@@ -1,0 +1,393 @@
+"""The Redis backend against the real server: the conformance suite, its key layout and indexes,
+native expiry, and the warning about a server that keeps nothing on disk."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import redis
+from conftest import REDIS_URL, service_missing
+from redis.crc import key_slot
+from support.redis_server import RedisServer
+
+from agent_checkpoint import Store, open_store
+from agent_checkpoint.backends.base import Query, Record, Summary
+from agent_checkpoint.backends.memory import MemoryBackend
+from agent_checkpoint.backends.redis import RedisBackend, VolatileRedisWarning
+from agent_checkpoint.errors import InvalidKeyError, UnsupportedOperationError
+from agent_checkpoint.testing import (
+    ClaimsConformance,
+    EncryptionConformance,
+    StoreConformance,
+    checkpoint,
+    stamped,
+)
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::agent_checkpoint.backends.redis.VolatileRedisWarning"
+)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[redis.Redis]:
+    r = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        r.ping()
+    except redis.RedisError as exc:
+        service_missing("redis", f"{REDIS_URL}: {exc}")
+    yield r
+    r.close()
+
+
+def store_keys(client: redis.Redis, prefix: str) -> list[bytes]:
+    # The prefixes tests use are hex with dashes: no glob characters to escape.
+    keys = list(client.scan_iter(match="{" + prefix + "}*", count=1000))
+    return keys + list(client.scan_iter(match="{" + prefix + ":*", count=1000))  # namespaces
+
+
+@pytest.fixture
+def prefix(client: redis.Redis) -> Iterator[str]:
+    name = f"test-{uuid.uuid4().hex}"
+    yield name
+    keys = store_keys(client, name)
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture
+def store(prefix: str) -> Iterator[Store]:
+    with open_store(REDIS_URL, prefix=prefix) as s:
+        yield s
+
+
+class TestRedisStore(StoreConformance, ClaimsConformance, EncryptionConformance):
+    pass
+
+
+class TestRedisStoreWithExpiry(StoreConformance):
+    @pytest.fixture
+    def store(self, prefix: str) -> Iterator[Store]:
+        with open_store(REDIS_URL, prefix=prefix, ttl=3600) as s:
+            yield s
+
+
+# -- layout ------------------------------------------------------------------------------
+
+
+def test_every_key_of_a_store_lives_in_one_cluster_slot(
+    store: Store, client: redis.Redis, prefix: str
+) -> None:
+    for i, key in enumerate(["plain", "{tag}", "}{", "a:b", "x" * 300]):
+        store.put(checkpoint(f"r{i}", principal=f"{{p{i}}}", agent="a}{", failed="tool"), key=key)
+    keys = store_keys(client, prefix)
+    assert len(keys) > 5
+    assert all(k.startswith(f"{{{prefix}}}:".encode()) for k in keys)
+    assert {key_slot(k) for k in keys} == {key_slot(f"{{{prefix}}}".encode())}
+
+
+def test_prefix_comes_from_the_url_query_or_a_keyword_and_isolates_stores(
+    client: redis.Redis,
+) -> None:
+    a, b = f"test-{uuid.uuid4().hex}", f"test-{uuid.uuid4().hex}"
+    try:
+        with (
+            open_store(f"redis://127.0.0.1:6379/0?prefix={a}") as first,
+            open_store(REDIS_URL, prefix=b) as second,
+        ):
+            first.put(checkpoint(text="first"), key="same")
+            second.put(checkpoint(text="second"), key="same")
+            got = first.get("same")
+            assert got is not None and got.history[0].content == "first 0"
+            assert [s.key for s in second.list()] == ["same"]
+            assert second.delete("same") and first.get("same") is not None
+            assert store_keys(client, a) and not store_keys(client, b)
+    finally:
+        for p in (a, b):
+            keys = store_keys(client, p)
+            if keys:
+                client.delete(*keys)
+
+
+@pytest.mark.parametrize("bad", ["", "has{brace", "has}brace", "tab\there"])
+def test_a_prefix_that_would_break_the_hash_tag_is_refused(client: redis.Redis, bad: str) -> None:
+    with pytest.raises(InvalidKeyError):
+        RedisBackend(client, prefix=bad)
+
+
+def test_a_saved_at_outside_the_orderable_range_is_refused(store: Store) -> None:
+    with pytest.raises(UnsupportedOperationError, match="savedAt"):
+        store.put(stamped(checkpoint(), 10**17), key="far-future")
+    assert store.head("far-future") is None
+
+
+# -- indexes -----------------------------------------------------------------------------
+
+
+def test_a_repeated_unconditional_write_leaves_one_index_entry(
+    store: Store, client: redis.Redis, prefix: str
+) -> None:
+    envelope = stamped(checkpoint(principal="al", agent="billing", failed="llm"), 1000)
+    for _ in range(3):  # as when a reply is lost and the write is retried
+        store.put(envelope, key="k")
+    for filters in ({}, {"owner": "al"}, {"agent_id": "billing"}, {"failed": True}):
+        assert [s.key for s in store.list(**filters)] == ["k"]
+    base = f"{{{prefix}}}:"
+    for index in ("new", "old", "o:al", "a:billing", "f", "p:llm"):
+        assert client.zcard(base + index) == 1
+
+
+def test_a_rewrite_moves_the_record_between_indexes(store: Store) -> None:
+    store.put(stamped(checkpoint(agent="billing", failed="llm"), 1000), key="k")
+    store.put(stamped(checkpoint(agent="support"), 2000), key="k")
+    assert store.list(agent_id="billing").items == []
+    assert store.list(failed=True).items == []
+    assert store.list(phase="llm").items == []
+    assert [s.key for s in store.list(agent_id="support", failed=False)] == ["k"]
+    assert store.list(before=2000).items == []
+    assert [s.saved_at for s in store.list()] == [2000]
+
+
+def test_scan_agrees_with_the_reference_backend_on_random_queries(
+    client: redis.Redis, prefix: str
+) -> None:
+    rng = random.Random(7)
+    reference, backend = MemoryBackend(), RedisBackend(client, prefix=prefix)
+    choice = rng.choice
+    for i in range(1500):
+        summary = Summary(
+            key=choice(["k", "K", "k:", "ü", "{k}", "k*"]) + str(rng.randrange(400)),
+            run_id=f"r{i}",
+            saved_at=rng.randrange(100) * 10,
+            owner=choice([None, "al", "bo"]),
+            agent_id=choice([None, "billing", "support"]),
+            failure_phase=choice([None, None, "llm", "tool"]),
+            failure_iteration=None,
+            message_count=1,
+            size=0,
+            revision=0,
+        )
+        stored = reference.head(summary.key)
+        if stored is not None and stored.owner is not None and summary.owner != stored.owner:
+            continue  # owner write-once refusals are the conformance suite's business
+        for b in (reference, backend):
+            b.save(Record(summary, f"body {i}".encode()))
+    for _ in range(400):
+        anchor = choice(reference.scan(Query(limit=10_000)))
+        query = Query(
+            owner=choice([None, None, "al", "bo"]),
+            agent_id=choice([None, None, "billing"]),
+            failed=choice([None, None, True, False]),
+            phase=choice([None, None, "llm"]),
+            saved_before=choice([None, rng.randrange(-5, 1020)]),
+            saved_since=choice([None, rng.randrange(-5, 1020)]),
+            after=choice([None, (anchor.saved_at, anchor.key)]),
+            limit=rng.randrange(1, 40),
+            oldest_first=rng.random() < 0.3,
+        )
+        assert backend.scan(query) == reference.scan(query), query
+
+
+# -- 10,000 records ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_newest_100_of_10000_and_paging_through_all_while_writers_add(store: Store) -> None:
+    body = store.codec.encode(stamped(checkpoint(), 0), "template")[0]
+    rng = random.Random(3)
+    keys = [f"run-{n:05d}" for n in range(10_000)]
+    rng.shuffle(keys)
+    originals = [
+        Summary(key, key, 1_700_000_000_000 + i // 4, None, None, None, None, 2, 0, 0)
+        for i, key in enumerate(keys)
+    ]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda s: store.put_record(Record(s, body)), originals, chunksize=250))
+    expected = [s.key for s in sorted(originals, key=lambda s: (-s.saved_at, s.key))]
+
+    assert [s.key for s in store.list(limit=100)] == expected[:100]
+
+    stop = threading.Event()
+
+    def add_newer() -> None:
+        n = 0
+        while not stop.is_set():
+            newer = Summary(f"new-{n}", "x", 1_800_000_000_000 + n, None, None, None, None, 2, 0, 0)
+            store.put_record(Record(newer, body))
+            n += 1
+
+    writer = threading.Thread(target=add_newer)
+    writer.start()
+    try:
+        seen = [s.key for s in store.iter_summaries(page_size=250)]
+    finally:
+        stop.set()
+        writer.join()
+    assert [k for k in seen if not k.startswith("new-")] == expected
+
+
+# -- hostile strings ---------------------------------------------------------------------
+
+HOSTILE = [
+    "*",
+    "?",
+    "[a-z]*",
+    "\\*",
+    "KEYS *",
+    "FLUSHALL",
+    "'; DROP TABLE checkpoints; --",
+    "\") redis.call('FLUSHALL') --",
+    "]] .. redis.call('DEL', KEYS[1]) .. [[",
+    "r:neighbour",
+    "}:r:neighbour",
+    "{other}:r:x",
+    "../../etc/passwd",
+    "..%2F..%2F",
+    "s3://bucket/../key",
+    "/leading//double",
+    "%00",
+]
+
+
+def test_injection_attempts_are_plain_keys_and_filters(
+    store: Store, client: redis.Redis, prefix: str
+) -> None:
+    outside = f"canary-{uuid.uuid4().hex}"
+    client.set(outside, b"alive")
+    try:
+        with open_store(REDIS_URL, prefix=prefix + "-neighbour") as neighbour:
+            neighbour.put(checkpoint(text="theirs", principal="*"), key="neighbour")
+            store.put(checkpoint(text="mine"), key="neighbour")
+            for i, hostile in enumerate(HOSTILE):
+                store.put(
+                    checkpoint(f"h{i}", text=hostile, principal=hostile, agent=hostile),
+                    key=hostile,
+                )
+            for hostile in HOSTILE:
+                got = store.get(hostile)
+                assert got is not None and got.history[0].content == f"{hostile} 0"
+                assert [s.key for s in store.list(owner=hostile)] == [hostile]
+                assert [s.key for s in store.list(agent_id=hostile)] == [hostile]
+            assert sorted(s.key for s in store.iter_summaries()) == sorted([*HOSTILE, "neighbour"])
+            for hostile in HOSTILE:
+                assert store.delete(hostile) is True
+            assert [s.key for s in store.list()] == ["neighbour"]
+            theirs = neighbour.get("neighbour")
+            assert theirs is not None and theirs.history[0].content == "theirs 0"
+            assert [s.key for s in neighbour.list(owner="*")] == ["neighbour"]
+            neighbour.delete("neighbour")
+        assert client.get(outside) == b"alive"
+    finally:
+        client.delete(outside)
+
+
+# -- native expiry -----------------------------------------------------------------------
+
+
+def test_expiry_is_refreshed_on_every_key_of_a_record_by_each_write(
+    client: redis.Redis, prefix: str
+) -> None:
+    with open_store(REDIS_URL, prefix=prefix, ttl=3) as store:
+        started = time.monotonic()
+        store.put(checkpoint(principal="al", agent="billing", failed="llm", text="v1"), key="k")
+        time.sleep(1.5)
+        store.put(checkpoint(principal="al", agent="billing", failed="llm", text="v2"), key="k")
+        time.sleep(max(0.0, started + 3.5 - time.monotonic()))  # past the first deadline
+        got = store.get("k")
+        assert got is not None and got.history[0].content == "v2 0"
+        assert store.head("k") is not None
+        for filters in ({}, {"owner": "al"}, {"agent_id": "billing"}, {"phase": "llm"}):
+            assert [s.key for s in store.list(**filters)] == ["k"]
+        volatile = [k for k in store_keys(client, prefix) if client.ttl(k) > 0]
+        assert volatile == [f"{{{prefix}}}:r:k".encode()]  # the record's only per-record key
+
+
+def test_expired_records_are_never_listed_and_repair_clears_their_index_entries(
+    client: redis.Redis, prefix: str
+) -> None:
+    with open_store(REDIS_URL, prefix=prefix, ttl=0.5) as store:
+        for i in range(5):
+            store.put(checkpoint(f"r{i}", principal="al", agent="a", failed="tool"), key=f"k{i}")
+    with open_store(REDIS_URL, prefix=prefix) as store:
+        store.put(checkpoint("kept", principal="al"), key="kept")
+        time.sleep(0.8)
+        assert [s.key for s in store.list()] == ["kept"]
+        assert [s.key for s in store.list(owner="al")] == ["kept"]
+        assert store.list(agent_id="a").items == []
+        assert store.list(failed=True).items == []
+        assert store.list(phase="tool").items == []
+        assert store.forget_older_than(time.time() * 1000 + 60_000).forgotten == 1
+        backend = store.backend
+        assert isinstance(backend, RedisBackend)
+        backend.repair()
+        assert store_keys(client, prefix) == []
+
+
+def test_ttl_from_the_url_query(client: redis.Redis, prefix: str) -> None:
+    with open_store(f"redis://127.0.0.1:6379/0?prefix={prefix}&ttl=60") as store:
+        store.put(checkpoint(), key="k")
+        assert 0 < client.ttl(f"{{{prefix}}}:r:k") <= 60
+
+
+# -- durability warning and lifecycle ----------------------------------------------------
+
+
+def volatile_warnings(caught: list[warnings.WarningMessage]) -> int:
+    return sum(issubclass(w.category, VolatileRedisWarning) for w in caught)
+
+
+def test_a_server_that_keeps_nothing_on_disk_is_reported_once_per_store(
+    client: redis.Redis, prefix: str
+) -> None:
+    if client.config_get("appendonly")["appendonly"] != "no" or client.config_get("save")["save"]:
+        pytest.skip("the shared Redis persists data here")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with open_store(REDIS_URL, prefix=prefix) as store:
+            store.put(checkpoint(), key="k")
+            store.get("k")
+            store.list()
+        assert volatile_warnings(caught) == 1
+        assert "restart loses every checkpoint" in str(caught[-1].message)
+        with open_store(REDIS_URL, prefix=prefix) as store:
+            store.get("k")
+            store.delete("k")
+        assert volatile_warnings(caught) == 2
+
+
+@pytest.mark.skipif(not RedisServer.available(), reason="redis-server is not installed")
+def test_a_server_with_aof_is_not_reported() -> None:
+    with RedisServer(appendonly=True) as server, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with open_store(server.url) as store:
+            store.put(checkpoint(), key="k")
+            assert store.get("k") is not None
+        assert volatile_warnings(caught) == 0
+
+
+def test_close_releases_a_client_the_store_made_and_leaves_an_injected_one_open(
+    client: redis.Redis, prefix: str
+) -> None:
+    name = f"ac-{uuid.uuid4().hex[:12]}"
+
+    def connected() -> bool:
+        return any(c.get("name") == name for c in client.client_list())
+
+    store = open_store(REDIS_URL, prefix=prefix, client_name=name)
+    store.put(checkpoint(), key="k")
+    assert connected()
+    store.close()
+    store.close()
+    assert not connected()
+
+    injected = redis.Redis.from_url(REDIS_URL, client_name=name)
+    with Store(RedisBackend(injected, prefix=prefix)) as borrowed:
+        assert borrowed.get("k") is not None
+    assert injected.ping() and connected()
+    injected.close()

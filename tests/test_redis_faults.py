@@ -1,0 +1,197 @@
+"""Faults between the Redis backend and its server: resets, refusals, an exhausted retry budget
+and a server killed and restarted. No acknowledged write may be lost, and what surfaces after
+retries give up is the library's error naming the backend and the operation."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import redis
+from conftest import REDIS_URL, service_missing
+from support.faultproxy import FaultProxy
+from support.redis_server import RedisServer
+
+from agent_checkpoint import Store, open_store
+from agent_checkpoint.backends.redis import RedisBackend
+from agent_checkpoint.errors import BackendUnavailableError
+from agent_checkpoint.store import RetryPolicy
+from agent_checkpoint.testing import checkpoint
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::agent_checkpoint.backends.redis.VolatileRedisWarning"
+)
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[redis.Redis]:
+    r = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        r.ping()
+    except redis.RedisError as exc:
+        service_missing("redis", f"{REDIS_URL}: {exc}")
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def prefix(shared: redis.Redis) -> Iterator[str]:
+    name = f"test-{uuid.uuid4().hex}"
+    yield name
+    keys = list(shared.scan_iter(match="{" + name + "}*", count=1000))
+    if keys:
+        shared.delete(*keys)
+
+
+@pytest.fixture
+def proxy(shared: redis.Redis) -> Iterator[FaultProxy]:
+    target = shared.connection_pool.connection_kwargs
+    p = FaultProxy(target["host"], target["port"])
+    yield p
+    p.close()
+
+
+class CountingBackend:
+    """Delegates to a backend, counting the transient faults its saves met before any retry."""
+
+    def __init__(self, backend: Any) -> None:
+        self.inner = backend
+        self.name = backend.name
+        self.transient = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def save(self, record: Any, **options: Any) -> Any:
+        try:
+            return self.inner.save(record, **options)
+        except BackendUnavailableError:
+            self.transient += 1
+            raise
+
+
+def writer_store(url: str, prefix: str) -> tuple[Store, CountingBackend]:
+    counting = CountingBackend(RedisBackend.from_url(url, prefix=prefix))
+    return Store(counting), counting  # type: ignore[arg-type]
+
+
+@dataclass
+class WriterLoop:
+    """Puts distinct keys (half of them create-only) until stopped, recording each outcome."""
+
+    store: Store
+    acked: dict[str, str] = field(default_factory=dict)
+    failed: list[BaseException] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self, name: str) -> None:
+        i = 0
+        while not self.stop.is_set():
+            key, text = f"{name}-{i}", f"payload {name} {i}"
+            try:
+                self.store.put(checkpoint(key, text=text), key=key, create_only=i % 2 == 0)
+                self.acked[key] = text
+            except Exception as exc:  # every outcome is asserted on below
+                self.failed.append(exc)
+            i += 1
+
+    def during(self, faults: Callable[[], None], writers: int = 2) -> None:
+        threads = [threading.Thread(target=self.run, args=(f"w{n}",)) for n in range(writers)]
+        for t in threads:
+            t.start()
+        try:
+            faults()
+        finally:
+            self.stop.set()
+            for t in threads:
+                t.join(60)
+
+    def acked_after(self, count: int, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        target = len(self.acked) + count
+        while len(self.acked) < target and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(self.acked) >= target, "the writers made no progress"
+
+
+def assert_nothing_acknowledged_was_lost(loop: WriterLoop, reader: Store) -> None:
+    assert loop.acked
+    for key, text in loop.acked.items():
+        got = reader.get(key)
+        assert got is not None, f"acknowledged write {key!r} was lost"
+        assert got.history[0].content == f"{text} 0"
+    for exc in loop.failed:
+        assert isinstance(exc, BackendUnavailableError), repr(exc)
+        assert str(exc).startswith("redis save failed")
+        assert (exc.backend, exc.operation) == ("redis", "save")
+
+
+def test_resets_and_refusals_mid_load_lose_no_acknowledged_write(
+    proxy: FaultProxy, prefix: str
+) -> None:
+    host, port = proxy.address
+    store, counting = writer_store(f"redis://{host}:{port}/0", prefix)
+    with store, open_store(REDIS_URL, prefix=prefix) as reader:
+        loop = WriterLoop(store)
+
+        def faults() -> None:
+            for _ in range(4):
+                loop.acked_after(50)
+                proxy.reset_all()
+                loop.acked_after(20)
+                with proxy.refusing():
+                    time.sleep(0.3)
+            loop.acked_after(50)
+
+        loop.during(faults)
+        assert counting.transient > 0, "the faults never reached the writers"
+        assert_nothing_acknowledged_was_lost(loop, reader)
+        assert len({s.key for s in reader.iter_summaries()}) >= len(loop.acked)
+
+
+def test_an_exhausted_retry_budget_raises_the_library_error_with_the_driver_cause(
+    proxy: FaultProxy, prefix: str
+) -> None:
+    host, port = proxy.address
+    brief = RetryPolicy(attempts=3, initial=0.01, maximum=0.02, deadline=2.0)
+    with open_store(f"redis://{host}:{port}/0", prefix=prefix, retry=brief) as store:
+        store.put(checkpoint(), key="before")
+        calls: list[tuple[str, Callable[[], object]]] = [
+            ("save", lambda: store.put(checkpoint(), key="during")),
+            ("load", lambda: store.get("before")),
+            ("scan", lambda: store.list()),
+            ("drop", lambda: store.delete("before")),
+        ]
+        with proxy.refusing():
+            for operation, call in calls:
+                with pytest.raises(BackendUnavailableError) as caught:
+                    call()
+                assert (caught.value.backend, caught.value.operation) == ("redis", operation)
+                assert f"redis {operation} failed" in str(caught.value)
+                assert isinstance(caught.value.__cause__, redis.exceptions.ConnectionError)
+        assert store.get("before") is not None
+
+
+@pytest.mark.skipif(not RedisServer.available(), reason="redis-server is not installed")
+def test_acknowledged_writes_survive_a_server_killed_and_restarted() -> None:
+    with RedisServer(appendonly=True) as server:
+        store, counting = writer_store(server.url, "restart")
+        with store:
+            loop = WriterLoop(store)
+
+            def faults() -> None:
+                loop.acked_after(100)
+                server.restart(down_for=0.5)  # SIGKILL: no shutdown, only the fsynced AOF
+                loop.acked_after(100)
+                server.restart(down_for=0.1)
+                loop.acked_after(100)
+
+            loop.during(faults)
+        assert counting.transient > 0, "the restarts never reached the writers"
+        with open_store(server.url, prefix="restart") as reader:
+            assert_nothing_acknowledged_was_lost(loop, reader)
