@@ -211,6 +211,9 @@ def verify_store(store: Store, *, repair: bool = False, on_record: Tick = _noop)
     if repair and (report.stale or report.unlisted):
         if isinstance(backend, Repairable):
             report.repaired = store.call(backend.rebuild_index)
+        elif callable(repair_index := getattr(backend, "repair", None)):
+            store.call(repair_index)  # drops index entries whose record is gone
+            report.repaired = report.checked - len(report.stale)
         else:
             raise BackendError(
                 f"the {backend.name} backend updates its index atomically with each record; "

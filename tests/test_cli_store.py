@@ -189,3 +189,26 @@ def test_unreadable_record_is_reported_not_hidden(
     record.write_bytes(record.read_bytes()[:-30])
     code, _, err = run(capsys, "get", "k", "--store", store_url)
     assert code == EXIT["invalid"] and "ERR" not in err and "cannot read" in err
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        (
+            "postgresql://app:s3cr3t@db:5432/x?sslmode=require",
+            "postgresql://app:***@db:5432/x?sslmode=require",
+        ),
+        ("redis://:hunter2@h:6379/0", "redis://:***@h:6379/0"),
+        (
+            "s3://b/p?endpoint_url=http://h:1&aws_secret_access_key=abc",
+            "s3://b/p?endpoint_url=http://h:1&aws_secret_access_key=***",
+        ),
+        ("./local/path", "./local/path"),
+    ],
+)
+def test_credentials_in_urls_are_masked(url: str, masked: str) -> None:
+    from agent_checkpoint.backends import mask_url
+    from agent_checkpoint.cli import _masked
+
+    assert mask_url(url) == masked
+    assert _masked(f"cannot reach '{url}': refused") == f"cannot reach '{masked}': refused"

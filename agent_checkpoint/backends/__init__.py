@@ -25,6 +25,7 @@ __all__ = [
     "Record",
     "Summary",
     "backend_class",
+    "mask_url",
     "open_backend",
     "plan_save",
     "register_backend",
@@ -73,6 +74,24 @@ def scheme_of(url: str) -> str:
     """The URL's scheme, or ``"file"`` for a bare path."""
     found = _SCHEME.match(url)
     return found.group(1).lower() if found else "file"
+
+
+def mask_url(url: str) -> str:
+    """``url`` with any password (and secret-looking query values) replaced by ``***``, for
+    errors, logs and output."""
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.netloc:
+        return url
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, host = netloc.rpartition("@")
+        user, sep, _password = userinfo.partition(":")
+        netloc = f"{user}:***@{host}" if sep else f"{userinfo}@{host}"
+    query = "&".join(
+        f"{k}=***" if re.search(r"pass|secret|token|key|sig|credential", k, re.I) else f"{k}={v}"
+        for k, _, v in (item.partition("=") for item in parts.query.split("&") if item)
+    )
+    return parts._replace(netloc=netloc, query=query).geturl()
 
 
 def backend_class(scheme: str) -> type[Any]:

@@ -8,9 +8,11 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 
+from ..backends import mask_url
 from ..errors import (
     BackendError,
     CheckpointError,
@@ -69,6 +71,14 @@ def exit_code_for(exc: BaseException) -> int:
     return EXIT["internal"]
 
 
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]+")
+
+
+def _masked(message: str) -> str:
+    """Error text with every URL's password masked: credentials are never printed."""
+    return _URL.sub(lambda m: mask_url(m.group(0)), message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -80,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:  # every error is one line, never a traceback
-        message = " ".join(str(exc).split()) or type(exc).__name__
+        message = _masked(" ".join(str(exc).split()) or type(exc).__name__)
         print(f"agent-checkpoint: error: {message}", file=sys.stderr)
         return exit_code_for(exc)
     return code

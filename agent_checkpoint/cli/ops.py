@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..backends import mask_url
 from ..claims import Claim
 from ..container import KEYS_ENV
 from ..maintenance import (
@@ -87,7 +88,8 @@ def cmd_copy(args: argparse.Namespace) -> int:
     ):
         report = copy_records(source, target, overwrite=args.overwrite, on_record=tick)
     print(
-        f"Copied {report.copied} record(s) to {args.to}; {report.already_there} already there; "
+        f"Copied {report.copied} record(s) to {mask_url(args.to)}; {report.already_there} "
+        "already there; "
         "all verified"
     )
     return EXIT["ok"]
