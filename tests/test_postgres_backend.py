@@ -1,0 +1,579 @@
+"""The PostgreSQL backend against the real server: conformance, listing at scale, injection,
+setup and its migration ledger, schema isolation. Fault tests live in test_postgres_faults.py."""
+
+from __future__ import annotations
+
+import re
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import POSTGRES_URL, service_missing
+from psycopg import sql
+from psycopg.errors import UndefinedTable
+from psycopg_pool import ConnectionPool
+from support.postgres_server import unique_schema, with_query
+
+from agent_checkpoint import Store, open_store
+from agent_checkpoint.backends.base import Query, Record, Summary
+from agent_checkpoint.backends.postgres import LEDGER, MIGRATIONS, PostgresBackend
+from agent_checkpoint.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConflictError,
+    InvalidKeyError,
+)
+from agent_checkpoint.store import NO_RETRY
+from agent_checkpoint.testing import (
+    ClaimsConformance,
+    EncryptionConformance,
+    StoreConformance,
+    checkpoint,
+    stamped,
+)
+
+Admin = psycopg.Connection[Any]
+
+
+@pytest.fixture(scope="session")
+def admin() -> Iterator[Admin]:
+    try:
+        conn = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=3)
+    except psycopg.Error as exc:
+        service_missing("postgres", f"{POSTGRES_URL}: {exc}")
+    with conn:
+        yield conn
+
+
+def drop_schema(admin: Admin, name: str) -> None:
+    admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def schema(admin: Admin) -> Iterator[str]:
+    name = unique_schema()
+    yield name
+    drop_schema(admin, name)
+
+
+def open_pg(schema: str, url: str = POSTGRES_URL, **options: Any) -> Store:
+    return open_store(with_query(url, schema=schema), **options)
+
+
+def ledger(admin: Admin, schema: str, table: str = "agent_checkpoints") -> list[tuple[int, str]]:
+    rows = admin.execute(
+        sql.SQL("SELECT version, name FROM {} WHERE table_name = %s ORDER BY version").format(
+            sql.Identifier(schema, LEDGER)
+        ),
+        (table,),
+    ).fetchall()
+    return [(v, n) for v, n in rows]
+
+
+class TestPostgresStore(StoreConformance, ClaimsConformance, EncryptionConformance):
+    @pytest.fixture
+    def store(self, schema: str) -> Iterator[Store]:
+        with open_pg(schema) as store:
+            store.setup()
+            yield store
+
+
+# -- listing at scale -------------------------------------------------------------------
+
+N = 10_000
+BASE = 1_700_000_000_000
+
+
+def scale_record(i: int) -> Record:
+    """Three records per millisecond, keys shuffled against time so ties test key order."""
+    phase = "tool" if i % 5 == 0 else "llm" if i % 5 == 1 else None
+    summary = Summary(
+        key=f"run-{(i * 7919) % N:05d}",
+        run_id=f"r{i}",
+        saved_at=BASE + i // 3,
+        owner=f"owner{i % 10}",
+        agent_id=f"agent{i % 7}",
+        failure_phase=phase,
+        failure_iteration=i if phase else None,
+        message_count=2,
+        size=0,
+        revision=0,
+    )
+    return Record(summary, b'{"format":"conversation-v1"}')
+
+
+def newest_first(summaries: list[Summary]) -> list[str]:
+    return [s.key for s in sorted(summaries, key=lambda s: (-s.saved_at, s.key))]
+
+
+@pytest.fixture(scope="module")
+def big(admin: Admin) -> Iterator[tuple[Store, list[Summary]]]:
+    """A store of ``N`` records, and their stored summaries."""
+    name = unique_schema("ac_scale")
+    store = open_pg(name, max_size=8)
+    store.setup()
+    records = [scale_record(i) for i in range(N)]
+    with ThreadPoolExecutor(8) as pool:
+        saved = list(pool.map(store.put_record, records))
+    admin.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(name, "agent_checkpoints")))
+    yield store, saved
+    store.close()
+    drop_schema(admin, name)
+
+
+class TestListingAtScale:
+    def test_newest_100_of_10000_are_exactly_the_newest_in_order(
+        self, big: tuple[Store, list[Summary]]
+    ) -> None:
+        store, saved = big
+        page = store.list(limit=100)
+        assert [s.key for s in page] == newest_first(saved)[:100]
+
+    def test_paging_all_10000_while_a_writer_adds_newer_records_has_no_repeats_or_gaps(
+        self, big: tuple[Store, list[Summary]]
+    ) -> None:
+        store, saved = big
+        stop = threading.Event()
+        started = threading.Event()
+        written: list[str] = []
+
+        def writer() -> None:
+            j = 0
+            while not stop.is_set():
+                key = f"new-{j:05d}"
+                newer = Summary(key, "new", BASE + N + j, None, None, None, None, 0, 0, 0)
+                store.put_record(Record(newer, b"{}"))
+                written.append(key)
+                started.set()
+                j += 1
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            assert started.wait(30)
+            seen: list[str] = []
+            cursor = None
+            while True:
+                page = store.list(limit=500, cursor=cursor)
+                seen.extend(s.key for s in page)
+                if page.cursor is None:
+                    break
+                cursor = page.cursor
+        finally:
+            stop.set()
+            thread.join()
+        assert len(seen) == len(set(seen))
+        assert [k for k in seen if not k.startswith("new-")] == newest_first(saved)
+        assert written
+        for key in written:
+            store.delete(key)
+
+    @pytest.mark.parametrize(
+        "filters",
+        [
+            {"owner": "owner3"},
+            {"agent_id": "agent5"},
+            {"failed": True},
+            {"failed": False},
+            {"phase": "llm"},
+            {"owner": "owner1", "failed": True, "before": BASE + 2000},
+            {"since": BASE + 1000, "before": BASE + 1500},
+        ],
+    )
+    def test_filtered_paging_matches_the_filter_applied_to_everything(
+        self, big: tuple[Store, list[Summary]], filters: dict[str, Any]
+    ) -> None:
+        store, saved = big
+
+        def keep(s: Summary) -> bool:
+            return (
+                filters.get("owner", s.owner) == s.owner
+                and filters.get("agent_id", s.agent_id) == s.agent_id
+                and filters.get("failed", s.failed) == s.failed
+                and filters.get("phase", s.failure_phase) == s.failure_phase
+                and s.saved_at < filters.get("before", s.saved_at + 1)
+                and s.saved_at >= filters.get("since", s.saved_at)
+            )
+
+        listed = [s.key for s in store.iter_summaries(page_size=300, **filters)]
+        assert listed == newest_first([s for s in saved if keep(s)])
+        assert listed
+
+    def test_oldest_first_pages_run_by_saved_at_then_key(
+        self, big: tuple[Store, list[Summary]]
+    ) -> None:
+        store, saved = big
+        seen: list[str] = []
+        after: tuple[int, str] | None = None
+        while True:
+            page = store.backend.scan(Query(oldest_first=True, after=after, limit=700))
+            if not page:
+                break
+            seen.extend(s.key for s in page)
+            after = (page[-1].saved_at, page[-1].key)
+        assert seen == [s.key for s in sorted(saved, key=lambda s: (s.saved_at, s.key))]
+
+    @pytest.mark.parametrize(
+        "query",
+        [
+            Query(limit=101),
+            Query(owner="owner3", limit=101),
+            Query(agent_id="agent2", limit=101),
+            Query(failed=True, limit=101),
+            Query(phase="tool", limit=101),
+            Query(after=(BASE + 2000, "run-05000"), limit=101),
+            Query(owner="owner3", after=(BASE + 2000, "run-05000"), limit=101),
+            Query(saved_before=BASE + 1000, oldest_first=True, limit=101),
+            Query(oldest_first=True, after=(BASE + 500, "run-05000"), limit=101),
+        ],
+        ids=repr,
+    )
+    def test_each_listing_shape_reads_an_index_in_order(
+        self, big: tuple[Store, list[Summary]], admin: Admin, query: Query
+    ) -> None:
+        store, _ = big
+        assert isinstance(store.backend, PostgresBackend)
+        statement, params = store.backend._scan_statement(query)
+        plan = "\n".join(
+            row[0] for row in admin.execute(sql.SQL("EXPLAIN ") + statement, params).fetchall()
+        )
+        # An Incremental Sort only orders rows of equal saved_at the index already delivers.
+        full_sort = re.search(r"(?<!Incremental )Sort  \(", plan)
+        assert "Index" in plan and "Seq Scan" not in plan and not full_sort, plan
+
+
+# -- keys, order, injection -------------------------------------------------------------
+
+INJECTIONS = [
+    "'; DROP TABLE agent_checkpoints; --",
+    "x' OR '1'='1",
+    '"); DELETE FROM agent_checkpoints; --',
+    "1; TRUNCATE agent_checkpoint_migrations",
+    "\\'; SELECT pg_sleep(10); --",
+    "$$; DROP SCHEMA public CASCADE; $$",
+    "/* comment */ --",
+    "%s",
+    "%(key)s",
+    "$1",
+    "{table}",
+    "%",
+    "_",
+    "*",
+    "a?c[de]*",
+    "{hash}:tag",
+    "../../etc/passwd",
+    "..\\..\\boot.ini",
+    "prefix/../other/key",
+    "/absolute/path",
+    "%2e%2e%2f",
+    "key%00nul",
+    "E'\\x41'",
+]
+
+
+def test_injection_strings_are_plain_keys_owners_and_agents(admin: Admin, schema: str) -> None:
+    with open_pg(schema) as store, open_pg(schema + "_n") as neighbour:
+        store.setup()
+        neighbour.setup()
+        neighbour.put(checkpoint("bystander"), key="bystander")
+        store.put(stamped(checkpoint("plain", principal="alice", agent="a"), 1), key="plain")
+        for n, text in enumerate(INJECTIONS, start=2):
+            summary = store.put(
+                stamped(checkpoint("r", principal=text, agent=text, failed=text, text=text), n),
+                key=text,
+            )
+            assert (summary.key, summary.owner, summary.agent_id) == (text, text, text)
+        for text in INJECTIONS:
+            got = store.get(text)
+            assert got is not None and got.history[0].content == f"{text} 0"
+            assert [s.key for s in store.list(owner=text)] == [text]
+            assert [s.key for s in store.list(agent_id=text)] == [text]
+            assert [s.key for s in store.list(phase=text)] == [text]
+        assert sorted(s.key for s in store.iter_summaries()) == sorted([*INJECTIONS, "plain"])
+        for wildcard in ["' OR 1=1 --", "%%", "%a%", ".*", "*a*", "owner\x00"]:
+            assert store.list(owner=wildcard).items == []
+            assert store.list(agent_id=wildcard).items == []
+        for text in INJECTIONS:
+            assert store.delete(text) is True
+        assert [s.key for s in store.list()] == ["plain"]
+        assert [s.key for s in neighbour.list()] == ["bystander"]
+        assert len(ledger(admin, schema)) == len(MIGRATIONS)
+    drop_schema(admin, schema + "_n")
+
+
+def test_schema_and_table_names_are_quoted_not_interpolated(admin: Admin) -> None:
+    weird_schema = 'ac_x"; DROP SCHEMA public CASCADE; --' + uuid.uuid4().hex[:6]
+    weird_table = "t'); DELETE FROM pg_class; --"
+    try:
+        with open_pg(weird_schema, table=weird_table) as store:
+            store.setup()
+            store.put(checkpoint(text="safe"), key="k")
+            got = store.get("k")
+            assert got is not None and got.history[0].content == "safe 0"
+        tables = admin.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+            (weird_schema,),
+        ).fetchall()
+        assert sorted(t for (t,) in tables) == sorted([weird_table, LEDGER])
+        public = admin.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'public'").fetchone()
+        assert public is not None
+    finally:
+        drop_schema(admin, weird_schema)
+
+
+def test_keys_order_by_code_point_like_python_even_under_a_linguistic_collation(
+    admin: Admin,
+) -> None:
+    # A database whose default collation sorts "a" < "B" < "é" < "Z" (ICU en-US); the keyset
+    # order must still be Python's str order, as on every other backend.
+    database = f"ac_icu_{uuid.uuid4().hex[:10]}"
+    try:
+        admin.execute(
+            sql.SQL(
+                "CREATE DATABASE {} TEMPLATE template0 LOCALE_PROVIDER icu "
+                "ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+            ).format(sql.Identifier(database))
+        )
+    except psycopg.Error as exc:
+        pytest.skip(f"this server cannot create an ICU database: {exc}")
+    url = POSTGRES_URL.rsplit("/", 1)[0] + "/" + database
+    keys = ["a", "B", "_x", "é", "e", "Z", "ä", "😀", "日本", "ｚ", "ß", "a b", "a-b", "A", "~"]
+    try:
+        with open_pg("public", url=url) as store:
+            store.setup()
+            for key in keys:
+                store.put(stamped(checkpoint(key), 1000), key=key)
+            assert [s.key for s in store.list()] == sorted(keys)
+            paged = [s.key for s in store.iter_summaries(page_size=2)]
+            assert paged == sorted(keys)
+            oldest = store.backend.scan(Query(oldest_first=True, after=(1000, "a"), limit=50))
+            assert [s.key for s in oldest] == [k for k in sorted(keys) if k > "a"]
+    finally:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
+        )
+
+
+# -- racing creators --------------------------------------------------------------------
+
+
+def race(store: Store, writes: int, **put: Any) -> tuple[list[int], list[BaseException]]:
+    """``writes`` threads putting the same fresh key at once; the revisions they got, and errors."""
+    barrier = threading.Barrier(writes)
+    revisions: list[int] = []
+    errors: list[BaseException] = []
+
+    def write(i: int) -> None:
+        barrier.wait()
+        try:
+            revisions.append(store.put(checkpoint(text=f"w{i}"), key="fresh", **put).revision)
+        except BaseException as exc:  # judged by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(writes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return revisions, errors
+
+
+def test_racing_creators_of_a_new_key_all_land_one_after_another(schema: str) -> None:
+    with open_pg(schema) as store:
+        store.setup()
+        revisions, errors = race(store, 8)
+        assert errors == []
+        assert sorted(revisions) == list(range(1, 9))
+        assert store.head("fresh").revision == 8  # type: ignore[union-attr]
+
+
+def test_racing_create_only_writers_of_a_new_key_have_one_winner(schema: str) -> None:
+    with open_pg(schema) as store:
+        store.setup()
+        revisions, errors = race(store, 8, create_only=True)
+        assert revisions == [1]
+        assert len(errors) == 7 and all(isinstance(e, ConflictError) for e in errors)
+        got = store.get("fresh")
+        assert got is not None and store.head("fresh").revision == 1  # type: ignore[union-attr]
+
+
+# -- setup and its ledger ---------------------------------------------------------------
+
+
+def test_operations_before_setup_ask_for_setup_instead_of_a_raw_driver_error(schema: str) -> None:
+    with open_pg(schema) as store:
+        attempts: list[tuple[str, Callable[[], object]]] = [
+            ("save", lambda: store.put(checkpoint(), key="k")),
+            ("load", lambda: store.get("k")),
+            ("scan", lambda: store.list()),
+            ("drop", lambda: store.delete("k")),
+        ]
+        for operation, call in attempts:
+            with pytest.raises(BackendError) as caught:
+                call()
+            assert not isinstance(caught.value, BackendUnavailableError)
+            message = str(caught.value)
+            assert "setup()" in message and f"postgres {operation}" in message
+            assert isinstance(caught.value.__cause__, UndefinedTable)
+
+
+def test_setup_is_idempotent_and_the_ledger_lists_each_step_once(admin: Admin, schema: str) -> None:
+    with open_pg(schema) as store:
+        store.setup()
+        store.put(checkpoint(text="kept"), key="k")
+        store.setup()
+        store.setup()
+        got = store.get("k")
+        assert got is not None and got.history[0].content == "kept 0"
+    assert ledger(admin, schema) == [(version, name) for version, name, _ in MIGRATIONS]
+
+
+def test_concurrent_setups_both_succeed_and_apply_each_step_once(admin: Admin, schema: str) -> None:
+    stores = [open_pg(schema), open_pg(schema)]
+    barrier = threading.Barrier(len(stores))
+    errors: list[BaseException] = []
+
+    def run(store: Store) -> None:
+        barrier.wait()
+        try:
+            store.setup()
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        assert ledger(admin, schema) == [(version, name) for version, name, _ in MIGRATIONS]
+        stores[0].put(checkpoint(text="one"), key="k")
+        got = stores[1].get("k")
+        assert got is not None and got.history[0].content == "one 0"
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_setup_refuses_a_table_migrated_by_a_newer_library(admin: Admin, schema: str) -> None:
+    with open_pg(schema) as store:
+        store.setup()
+        admin.execute(
+            sql.SQL("INSERT INTO {} (table_name, version, name) VALUES (%s, %s, %s)").format(
+                sql.Identifier(schema, LEDGER)
+            ),
+            ("agent_checkpoints", 99, "from the future"),
+        )
+        with pytest.raises(BackendError, match="newer than this agent-checkpoint"):
+            store.setup()
+
+
+def test_two_tables_in_one_schema_keep_separate_ledgers(admin: Admin, schema: str) -> None:
+    with open_pg(schema) as first, open_pg(schema, table="other_checkpoints") as second:
+        first.setup()
+        second.setup()
+        first.put(checkpoint(text="first"), key="k")
+        assert second.get("k") is None
+    steps = [(version, name) for version, name, _ in MIGRATIONS]
+    assert ledger(admin, schema) == steps
+    assert ledger(admin, schema, "other_checkpoints") == steps
+
+
+# -- options and lifecycle --------------------------------------------------------------
+
+
+def test_a_schema_store_is_isolated_from_another_schema(admin: Admin, schema: str) -> None:
+    other = schema + "_b"
+    try:
+        with open_pg(schema) as a, open_pg(other) as b:
+            a.setup()
+            b.setup()
+            a.put(checkpoint(principal="alice", text="in a"), key="same")
+            b.put(checkpoint(principal="bob", text="in b"), key="same")
+            assert a.owner("same") == "alice" and b.owner("same") == "bob"
+            assert a.delete("same") is True
+            got = b.get("same")
+            assert got is not None and got.history[0].content == "in b 0"
+            assert a.list().items == [] and [s.key for s in b.list()] == ["same"]
+    finally:
+        drop_schema(admin, other)
+
+
+def test_url_options_name_the_table_and_keywords_override_them(admin: Admin) -> None:
+    in_url, in_keyword = unique_schema(), unique_schema()
+    url = with_query(POSTGRES_URL, schema=in_url, table="runs", application_name="ac-test")
+    try:
+        with open_store(url, schema=in_keyword, max_size=2) as store:
+            store.setup()
+            store.put(checkpoint(), key="k")
+            backend = store.backend
+            assert isinstance(backend, PostgresBackend)
+            assert (backend.schema, backend.table) == (in_keyword, "runs")
+            with backend.pool.connection() as conn:
+                name = conn.execute("SHOW application_name").fetchone()
+            assert name == ("ac-test",)
+        found = admin.execute(
+            "SELECT table_schema FROM information_schema.tables WHERE table_name = 'runs' "
+            "AND table_schema IN (%s, %s)",
+            (in_url, in_keyword),
+        ).fetchall()
+        assert found == [(in_keyword,)]
+    finally:
+        drop_schema(admin, in_keyword)
+        drop_schema(admin, in_url)
+
+
+def test_names_postgres_cannot_hold_are_refused_up_front() -> None:
+    for schema, table in [("s", "t" * 49), ("", "t"), ("nul\x00", "t"), ("s", "")]:
+        with pytest.raises(InvalidKeyError):
+            open_pg(schema, table=table)
+
+
+def test_an_injected_pool_stays_open_after_close(schema: str) -> None:
+    pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+        POSTGRES_URL, min_size=1, max_size=2, open=False
+    )
+    pool.open()
+    try:
+        store = Store(PostgresBackend(pool, schema=schema))
+        store.setup()
+        store.put(checkpoint(), key="k")
+        store.close()
+        store.close()
+        with pool.connection() as conn:
+            count = conn.execute(
+                sql.SQL("SELECT count(*) FROM {}").format(
+                    sql.Identifier(schema, "agent_checkpoints")
+                )
+            ).fetchone()
+        assert count == (1,)
+    finally:
+        pool.close()
+
+
+def test_a_closed_store_raises_a_library_error_at_once(schema: str) -> None:
+    store = open_pg(schema)
+    store.setup()
+    store.close()
+    store.close()
+    with pytest.raises(BackendError, match="closed") as caught:
+        store.get("k")
+    assert not isinstance(caught.value, BackendUnavailableError)
+
+
+def test_an_unreachable_database_is_named_in_the_final_error() -> None:
+    url = POSTGRES_URL.rsplit("/", 1)[0] + "/ac_no_such_database"
+    options: dict[str, Any] = {"retry": NO_RETRY, "pool_timeout": 0.5}
+    with (
+        open_store(with_query(url, schema="s"), **options) as store,
+        pytest.raises(BackendUnavailableError) as caught,
+    ):
+        store.setup()
+    message = str(caught.value)
+    assert message.startswith("postgres setup failed")
+    assert 'database "ac_no_such_database" does not exist' in message

@@ -1,0 +1,244 @@
+"""PostgreSQL under faults: connections reset and refused through a TCP fault proxy, and a
+throwaway server restarted and stopped, while writers run. No acknowledged write may be lost, and
+what fails must fail as the library's error naming postgres and the operation."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import POSTGRES_URL, service_missing
+from psycopg import sql
+from support.faultproxy import FaultProxy
+from support.postgres_server import PostgresServer, unique_schema, with_address, with_query
+
+from agent_checkpoint import Store, open_store
+from agent_checkpoint.errors import BackendUnavailableError
+from agent_checkpoint.store import NO_RETRY, RetryPolicy
+from agent_checkpoint.testing import checkpoint
+
+SMALL_BUDGET = RetryPolicy(attempts=2, initial=0.01, maximum=0.05, deadline=5)
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Wait for progress the test needs; a bound on a hang, not a speed assertion."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.01)
+
+
+class Writers:
+    """Threads putting distinct keys in a loop, recording what was acknowledged and what raised."""
+
+    def __init__(self, store: Store, count: int = 2, prefix: str = "w") -> None:
+        self.store = store
+        self.acknowledged: dict[str, str] = {}
+        self.failures: list[BaseException] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._run, args=(f"{prefix}{n}",)) for n in range(count)
+        ]
+
+    def _run(self, prefix: str) -> None:
+        i = 0
+        while not self._stop.is_set():
+            key, text = f"{prefix}-{i}", f"payload {prefix} {i}"
+            try:
+                self.store.put(checkpoint(key, text=text), key=key)
+            except BaseException as exc:  # judged by the test
+                with self._lock:
+                    self.failures.append(exc)
+            else:
+                with self._lock:
+                    self.acknowledged[key] = text
+            i += 1
+
+    def __enter__(self) -> Writers:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+
+    def progress(self, more: int, what: str) -> None:
+        target = len(self.acknowledged) + more
+        wait_until(lambda: len(self.acknowledged) >= target, what)
+
+
+def assert_all_stored(store: Store, acknowledged: dict[str, str]) -> None:
+    assert acknowledged
+    for key, text in acknowledged.items():
+        got = store.get(key)
+        assert got is not None, f"acknowledged write {key!r} was lost"
+        assert got.history[0].content == f"{text} 0"
+
+
+def assert_library_errors(failures: list[BaseException], operations: set[str]) -> None:
+    for exc in failures:
+        assert isinstance(exc, BackendUnavailableError), repr(exc)
+        assert exc.backend == "postgres" and exc.operation in operations
+        assert str(exc).startswith(f"postgres {exc.operation} failed")
+        assert isinstance(exc.__cause__, psycopg.Error)
+
+
+# -- through the fault proxy ------------------------------------------------------------
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    try:
+        admin = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=3)
+    except psycopg.Error as exc:
+        service_missing("postgres", f"{POSTGRES_URL}: {exc}")
+    name = unique_schema("ac_fault")
+    with admin:
+        yield name
+        admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def proxy() -> Iterator[FaultProxy]:
+    parts = POSTGRES_URL.split("@")[-1].split("/")[0]
+    host, _, port = parts.partition(":")
+    proxy = FaultProxy(host or "127.0.0.1", int(port or 5432))
+    yield proxy
+    proxy.close()
+
+
+def direct(schema: str) -> Store:
+    store = open_store(with_query(POSTGRES_URL, schema=schema))
+    store.setup()
+    return store
+
+
+def proxied(proxy: FaultProxy, schema: str, **options: Any) -> Store:
+    url = with_address(POSTGRES_URL, *proxy.address)
+    return open_store(with_query(url, schema=schema), **options)
+
+
+def test_resets_and_refusals_mid_load_lose_no_acknowledged_write(
+    proxy: FaultProxy, schema: str
+) -> None:
+    with direct(schema) as check, proxied(proxy, schema, max_size=4) as store:
+        with Writers(store) as writers:
+            writers.progress(30, "writes before the faults")
+            proxy.reset_all()
+            writers.progress(30, "writes after a reset")
+            with proxy.refusing():
+                time.sleep(0.5)
+            writers.progress(30, "writes after refused connections")
+            proxy.reset_all()
+            writers.progress(30, "writes after a second reset")
+        assert_all_stored(check, writers.acknowledged)
+        assert_library_errors(writers.failures, {"save"})
+
+
+def test_a_reset_connection_is_replaced_not_handed_out_again(
+    proxy: FaultProxy, schema: str
+) -> None:
+    direct(schema).close()
+    with proxied(proxy, schema, min_size=1, max_size=1, retry=NO_RETRY) as store:
+        store.put(checkpoint(text="before"), key="k")
+        proxy.reset_all()
+        time.sleep(0.2)  # let the proxy's loop deliver the resets
+        got = store.get("k")  # with no retries: only a checked, fresh connection can answer
+        assert got is not None and got.history[0].content == "before 0"
+
+
+def test_refusal_longer_than_the_retry_budget_raises_backend_unavailable(
+    proxy: FaultProxy, schema: str
+) -> None:
+    direct(schema).close()
+    with proxied(proxy, schema, retry=SMALL_BUDGET, pool_timeout=0.5) as store:
+        store.put(checkpoint(text="landed"), key="k")
+        with proxy.refusing():
+            time.sleep(0.2)
+            attempts: list[tuple[str, Callable[[], object]]] = [
+                ("save", lambda: store.put(checkpoint(text="lost"), key="k")),
+                ("load", lambda: store.get("k")),
+                ("scan", lambda: store.list()),
+            ]
+            for operation, call in attempts:
+                with pytest.raises(BackendUnavailableError) as caught:
+                    call()
+                assert_library_errors([caught.value], {operation})
+                assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+        # Healed: the same backend, under the default budget, recovers its pool.
+        got = Store(store.backend).get("k")
+        assert got is not None and got.history[0].content == "landed 0"
+
+
+# -- a throwaway server, restarted and stopped ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[PostgresServer]:
+    try:
+        server = PostgresServer()
+    except (FileNotFoundError, KeyError) as exc:
+        service_missing("postgres", f"cannot run a throwaway server: {exc}")
+    try:
+        server.start()
+    except Exception as exc:
+        server.close()
+        service_missing("postgres", f"throwaway server did not start: {exc}")
+    yield server
+    server.close()
+
+
+def test_acknowledged_writes_survive_a_server_restart(server: PostgresServer) -> None:
+    url = with_query(server.url, schema=unique_schema())
+    reads: list[BaseException] = []
+    stop = threading.Event()
+    with open_store(url) as store:
+        store.setup()
+
+        def reader() -> None:
+            while not stop.is_set():
+                try:
+                    store.list(limit=5)
+                    store.get("w0-0")
+                except BaseException as exc:  # judged below
+                    reads.append(exc)
+
+        thread = threading.Thread(target=reader)
+        with Writers(store) as writers:
+            thread.start()
+            writers.progress(30, "writes before the restart")
+            server.restart()
+            writers.progress(30, "writes after the restart")
+        stop.set()
+        thread.join()
+    server.restart()  # and once more, with nothing connected
+    with open_store(url) as fresh:
+        assert_all_stored(fresh, writers.acknowledged)
+    assert_library_errors(writers.failures, {"save"})
+    assert_library_errors(reads, {"scan", "load"})
+
+
+def test_a_server_down_longer_than_the_budget_raises_then_recovers(
+    server: PostgresServer,
+) -> None:
+    url = with_query(server.url, schema=unique_schema(), pool_timeout=0.5)
+    with open_store(url, retry=SMALL_BUDGET) as store:
+        store.setup()
+        store.put(checkpoint(text="kept"), key="k")
+        server.stop()
+        try:
+            with pytest.raises(BackendUnavailableError) as caught:
+                store.put(checkpoint(text="refused"), key="k")
+            assert_library_errors([caught.value], {"save"})
+        finally:
+            server.start()
+        got = Store(store.backend).get("k")
+        assert got is not None and got.history[0].content == "kept 0"
