@@ -28,7 +28,7 @@ from .migrations import DEFAULT, Migrations
 from .model import Json
 from .validation import check_writable
 
-__all__ = ["Codec", "Digest"]
+__all__ = ["Codec", "Digest", "digest_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,16 +49,24 @@ def _conversation(doc: Mapping[str, Any]) -> Mapping[str, Any]:
     return data["conversation"] if doc.get("format") == PAUSED_RUN else data  # type: ignore[no-any-return]
 
 
-def _digest(doc: Mapping[str, Any]) -> Digest:
+def digest_of(doc: Mapping[str, Any], *, message_count: int | None = None) -> Digest:
+    """The index digest of an envelope; ``message_count`` if the caller counted already."""
+    return _digest(doc, message_count)
+
+
+def _digest(doc: Mapping[str, Any], message_count: int | None = None) -> Digest:
     conv = _conversation(doc)
     agent = conv.get("agent")
     fp = conv.get("failurePoint")
     phase = fp.get("phase") if isinstance(fp, dict) else None
     iteration = fp.get("iteration") if isinstance(fp, dict) else None
-    count = 0
-    for m in conv["history"]:
-        if m.get("role") in ("user", "assistant") and m.get("content"):
-            count += 1
+    count = message_count
+    if count is None:
+        count = sum(
+            1
+            for m in conv["history"]
+            if m.get("role") in ("user", "assistant") and m.get("content")
+        )
     saved = doc.get("savedAt")
     return Digest(
         run_id=conv["runId"],

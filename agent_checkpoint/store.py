@@ -23,10 +23,12 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from .appender import Appender
 from .backends import open_backend
 from .backends.base import Backend, Query, Record, Summary
+from .backends.segments import Appending, Split
 from .claims import Claim, LeaseInfo, live_leases
-from .codec import Codec
+from .codec import Codec, Digest
 from .container import Compression, Keyring, Sealer
 from .envelope import PAUSED_RUN, Envelope, conversation_of, to_envelope, validate_envelope
 from .errors import (
@@ -158,6 +160,7 @@ class Store:
         self.retry = retry or RetryPolicy()
         self.max_record_bytes = max_record_bytes
         self._clock = clock
+        self._appender = Appender()
 
     # -- writing -------------------------------------------------------------------------
 
@@ -189,47 +192,91 @@ class Store:
                 if isinstance(envelope, Envelope)
                 else default_key(envelope)
             )
-        body, digest = self.codec.encode(envelope, check_key(key))
-        record = Record(
-            Summary(
-                key=key,
-                run_id=digest.run_id,
-                saved_at=digest.saved_at,
-                owner=digest.owner,
-                agent_id=digest.agent_id,
-                failure_phase=digest.failure_phase,
-                failure_iteration=digest.failure_iteration,
-                message_count=digest.message_count,
-                size=len(body),
-                revision=0,
-            ),
-            body,
-        )
+        check_key(key)
+        if (
+            isinstance(item, RunCheckpoint)
+            and isinstance(self.backend, Appending)
+            and not self.codec.sealer.active
+        ):
+            assert isinstance(envelope, Envelope)
+            return self._put_appending(item, key, envelope.saved_at, if_revision, create_only)
+        body, digest = self.codec.encode(envelope, key)
+        record = Record(_summary(key, digest, len(body)), body)
         return self.put_record(record, if_revision=if_revision, create_only=create_only)
+
+    def _put_appending(
+        self,
+        checkpoint: RunCheckpoint,
+        key: str,
+        saved_at: int,
+        if_revision: int | None,
+        create_only: bool,
+    ) -> Summary:
+        """Write only the messages past the last history written under ``key`` when the new
+        history extends it (see ``appender.py``); otherwise a full write, split for later."""
+        backend = self.backend
+        assert isinstance(backend, Appending)
+        tail = None if create_only else self._appender.tail(key)
+        if tail is not None and if_revision is not None and tail.revision != if_revision:
+            tail = None
+        encoded = self._appender.encode(checkpoint, saved_at, tail)
+        base = encoded.extends
+        try:
+            if base is not None:
+                self._check_size(key, encoded.size)
+                summary = _summary(key, encoded.digest, encoded.size)
+                landed = self._call(
+                    lambda: backend.append(
+                        summary, encoded.split, base_revision=base.revision, base_digest=base.digest
+                    )
+                )
+                if landed is not None:
+                    self._appender.landed(key, checkpoint, encoded, landed)
+                    return landed
+                encoded = self._appender.encode(checkpoint, saved_at, None)
+            body = encoded.body()
+            record = Record(_summary(key, encoded.digest, len(body)), body)
+            landed = self._save(record, if_revision, create_only, encoded.split)
+        except BaseException:
+            self._appender.forget(key)
+            raise
+        self._appender.landed(key, checkpoint, encoded, landed)
+        return landed
 
     def put_record(
         self, record: Record, *, if_revision: int | None = None, create_only: bool = False
     ) -> Summary:
         """Store already-encoded bytes (``copy`` and ``migrate`` use this)."""
         check_key(record.key)
-        if self.max_record_bytes is not None and len(record.body) > self.max_record_bytes:
+        self._appender.forget(record.key)
+        return self._save(record, if_revision, create_only, None)
+
+    def _check_size(self, key: str, size: int) -> None:
+        if self.max_record_bytes is not None and size > self.max_record_bytes:
             raise RecordTooLargeError(
-                f"record {record.key!r} is {len(record.body)} bytes; this store's limit is "
-                f"{self.max_record_bytes}"
+                f"record {key!r} is {size} bytes; this store's limit is {self.max_record_bytes}"
             )
+
+    def _save(
+        self, record: Record, if_revision: int | None, create_only: bool, split: Split | None
+    ) -> Summary:
+        self._check_size(record.key, len(record.body))
+        backend = self.backend
         attempts = 0
 
         def save() -> Summary:
             nonlocal attempts
             attempts += 1
             try:
-                return self.backend.save(
-                    record, expect_revision=if_revision, create_only=create_only
-                )
+                if split is not None and isinstance(backend, Appending):
+                    return backend.save_split(
+                        record, split, expect_revision=if_revision, create_only=create_only
+                    )
+                return backend.save(record, expect_revision=if_revision, create_only=create_only)
             except ConflictError:
                 if attempts > 1:
                     # The reply to an earlier attempt may have been lost after it landed.
-                    stored = self.backend.load(record.key)
+                    stored = backend.load(record.key)
                     if stored is not None and stored.body == record.body:
                         return stored.summary
                 raise
@@ -271,6 +318,7 @@ class Store:
 
     def delete(self, key: str, *, if_revision: int | None = None) -> bool:
         """Remove a record; ``True`` if it existed."""
+        self._appender.forget(key)
         return self._call(lambda: self.backend.drop(check_key(key), expect_revision=if_revision))
 
     def forget_older_than(self, cutoff: datetime | int | float, *, limit: int = 1000) -> Forgotten:
@@ -387,6 +435,21 @@ class Store:
             with attempt:
                 return fn()
         raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
+
+
+def _summary(key: str, digest: Digest, size: int) -> Summary:
+    return Summary(
+        key=key,
+        run_id=digest.run_id,
+        saved_at=digest.saved_at,
+        owner=digest.owner,
+        agent_id=digest.agent_id,
+        failure_phase=digest.failure_phase,
+        failure_iteration=digest.failure_iteration,
+        message_count=digest.message_count,
+        size=size,
+        revision=0,
+    )
 
 
 def default_key(envelope: Mapping[str, Any]) -> str:

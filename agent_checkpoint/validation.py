@@ -23,6 +23,7 @@ __all__ = [
     "check_writable",
     "js_typeof",
     "validate_checkpoint",
+    "validate_messages",
 ]
 
 MAX_EVIDENCE_RECOVERY_CHARS = 1_000_000
@@ -135,7 +136,14 @@ def validate_checkpoint(doc: Any) -> Mapping[str, Any]:
                 f"{_js_json(turn)}). It is the conversation turn the stored history ends on, "
                 "written while an honesty layer is armed."
             )
-    for i, message in enumerate(doc["history"]):
+    validate_messages(doc["history"])
+    return doc
+
+
+def validate_messages(messages: list[Any], start: int = 0) -> None:
+    """The door's per-message check (step 10) for ``messages``, numbered from ``start``: a
+    writer that extends a validated history checks only what it adds."""
+    for i, message in enumerate(messages, start):
         if not isinstance(message, dict):
             got = "null" if message is None else js_typeof(message)
             raise _refuse(
@@ -153,7 +161,6 @@ def validate_checkpoint(doc: Any) -> Mapping[str, Any]:
                 "request, and the failure would otherwise surface deep inside the run rather "
                 "than here."
             )
-    return doc
 
 
 def _is_safe_positive_int(value: Any) -> bool:

@@ -69,3 +69,24 @@ def test_a_write_interrupted_before_indexing_is_reconciled(tmp_path: Path) -> No
     [summary] = store.list().items
     assert (summary.revision, summary.saved_at) == (1, 100)
     store.close()
+
+
+def test_a_growing_history_appends_segment_files_and_compacts(tmp_path: Path) -> None:
+    from agent_checkpoint.model import Message, RunCheckpoint
+
+    store = open_store(str(tmp_path))
+    history: tuple[Message, ...] = ()
+    for i in range(DiskBackend.max_segments + 5):
+        history = (*history, Message("user", f"message {i}"))
+        store.put(RunCheckpoint.new("m", history, run_id="r"), key="k")
+        if i == 9:
+            folder = tmp_path / "segments" / file_name("k")
+            assert len(list(folder.iterdir())) == 10  # one small file per put, not a rewrite
+    folder = tmp_path / "segments" / file_name("k")
+    assert len(list(folder.iterdir())) == 5  # the 33rd put rewrote it whole, then 4 appends
+    got = store.get("k")
+    assert got is not None and [m.content for m in got.history] == [
+        f"message {i}" for i in range(37)
+    ]
+    store.delete("k")
+    assert not folder.exists()

@@ -2,7 +2,10 @@
 
 Layout under the root folder::
 
-    records/<name>     one JSON header line (the summary), a newline, then the stored bytes
+    records/<name>     one JSON header line (the summary), a newline, then the stored bytes,
+                       or for a split record its head (see ``segments.py``)
+    segments/<name>/   a split record's history segments, ``<generation>-<index>``, written
+                       before the record file that refers to them
     locks/<n>.lock     256 striped lock files; ``flock`` serialises writers of one key
     index.sqlite3      summaries for listing, plus a ``pending`` table of keys mid-write
     _<namespace>/      the same layout again for the Store's bookkeeping (claims)
@@ -17,6 +20,7 @@ next listing. The index is rebuilt from the records when it is missing (``rebuil
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -32,6 +36,8 @@ import orjson
 
 from ..errors import BackendError, ConflictError
 from .base import Query, Record, Summary, plan_save
+from .segments import Split as SegmentSplit
+from .segments import assemble, plan_append
 
 _LOCK_STRIPES = 256
 _SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
@@ -69,28 +75,35 @@ def file_name(key: str) -> str:
     return f"{readable}~{digest}"
 
 
-def _header(summary: Summary) -> bytes:
-    return orjson.dumps(
-        {
-            "key": summary.key,
-            "runId": summary.run_id,
-            "savedAt": summary.saved_at,
-            "owner": summary.owner,
-            "agentId": summary.agent_id,
-            "failurePhase": summary.failure_phase,
-            "failureIteration": summary.failure_iteration,
-            "messageCount": summary.message_count,
-            "revision": summary.revision,
-        }
-    )
+def _header(summary: Summary, split: dict[str, Any] | None = None) -> bytes:
+    fields: dict[str, Any] = {
+        "key": summary.key,
+        "runId": summary.run_id,
+        "savedAt": summary.saved_at,
+        "owner": summary.owner,
+        "agentId": summary.agent_id,
+        "failurePhase": summary.failure_phase,
+        "failureIteration": summary.failure_iteration,
+        "messageCount": summary.message_count,
+        "revision": summary.revision,
+    }
+    if split is not None:
+        fields["split"] = split
+    return orjson.dumps(fields)
 
 
-def _parse(key: str, data: bytes) -> Record:
-    """The record in a file's bytes. A file whose header does not parse is still returned, whole,
-    so the codec reports it unreadable rather than absent."""
+Split = dict[str, Any]
+"""A split record's header part: generation, segment count, digest, assembled size."""
+
+
+def _parse(key: str, data: bytes) -> tuple[Record, Split | None]:
+    """The record in a file's bytes (for a split record, its head) and its split header. A file
+    whose header does not parse is still returned, whole, so the codec reports it unreadable
+    rather than absent."""
     head, sep, body = data.partition(b"\n")
     try:
         h: dict[str, Any] = orjson.loads(head) if sep else {}
+        split = h.get("split")
         summary = Summary(
             key=h["key"],
             run_id=h["runId"],
@@ -100,12 +113,12 @@ def _parse(key: str, data: bytes) -> Record:
             failure_phase=h["failurePhase"],
             failure_iteration=h["failureIteration"],
             message_count=h["messageCount"],
-            size=len(body),
+            size=split["size"] if split else len(body),
             revision=h["revision"],
         )
     except (orjson.JSONDecodeError, TypeError, KeyError):
-        return Record(Summary(key, "", 0, None, None, None, None, 0, len(data), 0), data)
-    return Record(summary, body)
+        return Record(Summary(key, "", 0, None, None, None, None, 0, len(data), 0), data), None
+    return Record(summary, body), split
 
 
 def _row(summary: Summary) -> tuple[Any, ...]:
@@ -125,14 +138,17 @@ def _row(summary: Summary) -> tuple[Any, ...]:
 
 class DiskBackend:
     name = "disk"
+    max_segments = 32
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self.root = Path(root)
         self.fsync = fsync
         self._records = self.root / "records"
+        self._segments = self.root / "segments"
         self._locks = self.root / "locks"
         try:
             self._records.mkdir(parents=True, exist_ok=True)
+            self._segments.mkdir(exist_ok=True)
             self._locks.mkdir(exist_ok=True)
         except OSError as exc:
             raise BackendError(
@@ -193,16 +209,64 @@ class DiskBackend:
         finally:
             os.close(fd)  # closing the descriptor releases the lock
 
-    def _read(self, key: str) -> Record | None:
+    def _read(self, key: str) -> tuple[Record, Split | None] | None:
         try:
             data = self._path(key).read_bytes()
         except FileNotFoundError:
             return None
         return _parse(key, data)
 
-    def _fsync_dir(self) -> None:
+    def _assembled(self, record: Record, split: Split | None) -> Record:
+        if split is None:
+            return record
+        folder = self._segments / file_name(record.key)
+        try:
+            segments = [(folder / f"{split['gen']}-{i}").read_bytes() for i in range(split["segs"])]
+        except FileNotFoundError:
+            return record  # a lost segment: the head alone does not decode, so it reads unreadable
+        return Record(record.summary, assemble(record.body, segments))
+
+    def _write(self, key: str, header: bytes, body: bytes) -> None:
+        """Replace the record file atomically: temp file, fsync, rename, folder fsync."""
+        target = self._path(key)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(header + b"\n" + body)
+                f.flush()
+                if self.fsync:
+                    os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self._fsync_dir(self._records)
+
+    def _write_segment(self, key: str, name: str, data: bytes) -> None:
+        folder = self._segments / file_name(key)
+        folder.mkdir(exist_ok=True)
+        with open(folder / name, "wb") as f:
+            f.write(data)
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+        self._fsync_dir(folder)
+
+    def _prune_segments(self, key: str, keep_gen: int | None) -> None:
+        """Remove segment files no record file refers to (older generations, or all)."""
+        folder = self._segments / file_name(key)
+        if not folder.exists():
+            return
+        for path in folder.iterdir():
+            if keep_gen is None or path.name.split("-", 1)[0] != str(keep_gen):
+                path.unlink(missing_ok=True)
+        if keep_gen is None:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+    def _fsync_dir(self, folder: Path) -> None:
         if self.fsync:
-            fd = os.open(self._records, os.O_RDONLY)
+            fd = os.open(folder, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
@@ -234,52 +298,85 @@ class DiskBackend:
         for key in pending:
             with self._locked(key, blocking=False) as held:
                 if held:  # a live writer holds it otherwise, and will finish the job itself
-                    record = self._read(key)
-                    self._index(key, record.summary if record and record.summary.run_id else None)
+                    found = self._read(key)
+                    summary = found[0].summary if found is not None else None
+                    self._index(key, summary if summary is not None and summary.run_id else None)
 
     # -- the contract --------------------------------------------------------------------
 
     def load(self, key: str) -> Record | None:
-        return self._read(key)
+        found = self._read(key)
+        return self._assembled(*found) if found is not None else None
 
     def head(self, key: str) -> Summary | None:
-        record = self._read(key)
-        return record.summary if record is not None else None
+        found = self._read(key)
+        return found[0].summary if found is not None else None
 
     def save(
         self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
     ) -> Summary:
         key = record.key
         with self._locked(key):
-            current = self._read(key)
             summary = plan_save(
-                current.summary if current is not None else None,
-                record,
-                expect_revision=expect_revision,
-                create_only=create_only,
+                self.head(key), record, expect_revision=expect_revision, create_only=create_only
             )
             self._mark_pending(key)
-            target = self._path(key)
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-            try:
-                with open(tmp, "wb") as f:
-                    f.write(_header(summary) + b"\n" + record.body)
-                    f.flush()
-                    if self.fsync:
-                        os.fsync(f.fileno())
-                os.replace(tmp, target)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-            self._fsync_dir()
+            self._write(key, _header(summary), record.body)
             self._index(key, summary)
+            self._prune_segments(key, None)
             return summary
+
+    def save_split(
+        self,
+        record: Record,
+        split: SegmentSplit,
+        *,
+        expect_revision: int | None = None,
+        create_only: bool = False,
+    ) -> Summary:
+        key = record.key
+        with self._locked(key):
+            summary = plan_save(
+                self.head(key), record, expect_revision=expect_revision, create_only=create_only
+            )
+            gen = summary.revision
+            self._mark_pending(key)
+            # Segments first: the record file that refers to them is the commit point.
+            self._write_segment(key, f"{gen}-0", split.segment)
+            meta = {"gen": gen, "segs": 1, "digest": split.digest, "size": summary.size}
+            self._write(key, _header(summary, meta), split.head)
+            self._index(key, summary)
+            self._prune_segments(key, gen)
+            return summary
+
+    def append(
+        self, summary: Summary, split: SegmentSplit, *, base_revision: int, base_digest: str
+    ) -> Summary | None:
+        key = summary.key
+        with self._locked(key):
+            found = self._read(key)
+            if found is None or found[1] is None:
+                return None
+            current, meta = found[0], found[1]
+            if (
+                current.summary.revision != base_revision
+                or meta["digest"] != base_digest
+                or meta["segs"] >= self.max_segments
+            ):
+                return None
+            planned = plan_append(current.summary, summary, base_revision=base_revision)
+            self._mark_pending(key)
+            self._write_segment(key, f"{meta['gen']}-{meta['segs']}", split.segment)
+            grown = {**meta, "segs": meta["segs"] + 1, "digest": split.digest, "size": planned.size}
+            self._write(key, _header(planned, grown), split.head)
+            self._index(key, planned)
+            return planned
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         with self._locked(key):
-            current = self._read(key)
+            current = self.head(key)
             if expect_revision is not None:
-                found = current.summary.revision if current is not None else None
+                found = current.revision if current is not None else None
                 if found != expect_revision:
                     raise ConflictError(
                         f"key {key!r} is at {'no record' if found is None else f'revision {found}'}, "
@@ -290,8 +387,9 @@ class DiskBackend:
                 return False
             self._mark_pending(key)
             self._path(key).unlink(missing_ok=True)
-            self._fsync_dir()
+            self._fsync_dir(self._records)
             self._index(key, None)
+            self._prune_segments(key, None)
             return True
 
     def scan(self, query: Query) -> list[Summary]:
@@ -338,11 +436,17 @@ class DiskBackend:
                 data = path.read_bytes()
             except FileNotFoundError:
                 continue
-            yield _parse(path.name, data)
+            yield self._assembled(*_parse(path.name, data))
 
     def rebuild_index(self) -> int:
         """Recreate the index from the record files; return how many records it holds."""
-        rows = [_row(r.summary) for r in self.iter_records() if r.summary.run_id]
+        rows = []
+        for path in self._records.iterdir():
+            if not path.name.startswith("."):
+                with contextlib.suppress(FileNotFoundError):
+                    record, _ = _parse(path.name, path.read_bytes())
+                    if record.summary.run_id:
+                        rows.append(_row(record.summary))
         db = self._db()
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -361,7 +465,9 @@ class DiskBackend:
         with self._guard:
             sibling = self._siblings.get(name)
             if sibling is None:
-                sibling = self._siblings[name] = DiskBackend(self.root / f"_{name}", fsync=self.fsync)
+                sibling = self._siblings[name] = DiskBackend(
+                    self.root / f"_{name}", fsync=self.fsync
+                )
             return sibling
 
     def close(self) -> None:

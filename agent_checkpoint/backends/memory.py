@@ -9,13 +9,16 @@ from typing import Any
 
 from ..errors import ConflictError
 from .base import Query, Record, Summary, is_after, matches, plan_save
+from .segments import Split, assemble, plan_append
 
 
 class MemoryBackend:
     name = "memory"
+    max_segments = 32
 
     def __init__(self) -> None:
         self._records: dict[str, Record] = {}
+        self._splits: dict[str, tuple[bytes, list[bytes], str]] = {}  # head, segments, digest
         self._newest: list[tuple[int, str]] = []  # (-saved_at, key)
         self._oldest: list[tuple[int, str]] = []  # (saved_at, key)
         self._lock = threading.Lock()
@@ -26,7 +29,12 @@ class MemoryBackend:
         return cls()
 
     def load(self, key: str) -> Record | None:
-        return self._records.get(key)
+        with self._lock:
+            record = self._records.get(key)
+            split = self._splits.get(key)
+            if record is None or split is None:
+                return record
+            return Record(record.summary, assemble(split[0], split[1]))
 
     def head(self, key: str) -> Summary | None:
         record = self._records.get(key)
@@ -40,12 +48,52 @@ class MemoryBackend:
             summary = plan_save(
                 current, record, expect_revision=expect_revision, create_only=create_only
             )
-            if current is not None:
-                self._unindex(current)
-            self._records[record.key] = replace(record, summary=summary)
-            bisect.insort(self._newest, (-summary.saved_at, summary.key))
-            bisect.insort(self._oldest, (summary.saved_at, summary.key))
+            self._store(current, replace(record, summary=summary))
+            self._splits.pop(record.key, None)
             return summary
+
+    def save_split(
+        self,
+        record: Record,
+        split: Split,
+        *,
+        expect_revision: int | None = None,
+        create_only: bool = False,
+    ) -> Summary:
+        with self._lock:
+            current = self.head(record.key)
+            summary = plan_save(
+                current, record, expect_revision=expect_revision, create_only=create_only
+            )
+            self._store(current, Record(summary, b""))
+            self._splits[record.key] = (split.head, [split.segment], split.digest)
+            return summary
+
+    def append(
+        self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
+    ) -> Summary | None:
+        with self._lock:
+            current = self.head(summary.key)
+            stored = self._splits.get(summary.key)
+            if (
+                current is None
+                or stored is None
+                or current.revision != base_revision
+                or stored[2] != base_digest
+                or len(stored[1]) >= self.max_segments
+            ):
+                return None
+            planned = plan_append(current, summary, base_revision=base_revision)
+            self._store(current, Record(planned, b""))
+            self._splits[summary.key] = (split.head, [*stored[1], split.segment], split.digest)
+            return planned
+
+    def _store(self, current: Summary | None, record: Record) -> None:
+        if current is not None:
+            self._unindex(current)
+        self._records[record.key] = record
+        bisect.insort(self._newest, (-record.summary.saved_at, record.key))
+        bisect.insort(self._oldest, (record.summary.saved_at, record.key))
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         with self._lock:
@@ -61,6 +109,7 @@ class MemoryBackend:
                 )
             self._unindex(current)
             del self._records[key]
+            self._splits.pop(key, None)
             return True
 
     def _unindex(self, summary: Summary) -> None:

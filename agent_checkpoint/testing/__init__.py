@@ -15,6 +15,7 @@ Requires pytest (the ``test`` extra).
 from .conformance import (
     ClaimsConformance,
     EncryptionConformance,
+    GrowingHistoryConformance,
     StoreConformance,
     checkpoint,
     stamped,
@@ -23,6 +24,7 @@ from .conformance import (
 __all__ = [
     "ClaimsConformance",
     "EncryptionConformance",
+    "GrowingHistoryConformance",
     "StoreConformance",
     "checkpoint",
     "stamped",

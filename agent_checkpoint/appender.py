@@ -1,0 +1,148 @@
+"""Incremental writes of growing histories, for backends with the ``Appending`` capability.
+
+The Store remembers, per key, the history it last wrote (the message objects themselves), that
+record's revision and the digest of its segments. A put whose history starts with exactly
+those messages encodes and validates only the new ones, and asks the backend to append them;
+the backend proves the extension against the stored revision and digest, so anything that
+changed the record meanwhile (another writer, a delete, a rewrite) makes the append a no-op and
+the Store falls back to a full write. Memory is bounded: the last ``capacity`` keys are kept.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import orjson
+
+from .backends.base import Summary
+from .backends.segments import GAP, Split, chain
+from .codec import Digest, digest_of
+from .model import Json, Message, RunCheckpoint
+from .validation import check_writable, validate_checkpoint, validate_messages
+
+__all__ = ["Appender", "Encoded", "Tail"]
+
+_TOKEN = f"agent-checkpoint-history-{uuid.uuid4().hex}"
+_HOLE = orjson.dumps([_TOKEN])
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """What the Store last wrote under a key: enough to prove and encode an extension."""
+
+    revision: int
+    digest: str
+    history: tuple[Message, ...]
+    history_size: int  # bytes of the history array's contents
+    message_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """One put, encoded: the split, its digest fields, and the tail it leaves if it lands."""
+
+    split: Split
+    digest: Digest
+    size: int
+    history_size: int
+    message_count: int
+    extends: Tail | None  # the tail this write appends to; None for a full write
+
+    def body(self) -> bytes:
+        """The assembled bytes (only a full write needs them)."""
+        before, _, after = self.split.head.partition(GAP)
+        return before + self.split.segment + after
+
+
+def _counted(messages: list[dict[str, Json]]) -> int:
+    return sum(1 for m in messages if m.get("role") in ("user", "assistant") and m.get("content"))
+
+
+def _extends(tail: Tail, history: tuple[Message, ...]) -> bool:
+    n = len(tail.history)
+    if len(history) < n:
+        return False
+    old = tail.history
+    if all(a is b for a, b in zip(old, history[:n], strict=True)):
+        return True
+    return old == history[:n]
+
+
+class Appender:
+    def __init__(self, capacity: int = 256) -> None:
+        self.capacity = capacity
+        self._tails: OrderedDict[str, Tail] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def tail(self, key: str) -> Tail | None:
+        with self._lock:
+            tail = self._tails.get(key)
+            if tail is not None:
+                self._tails.move_to_end(key)
+            return tail
+
+    def remember(self, key: str, tail: Tail) -> None:
+        with self._lock:
+            self._tails[key] = tail
+            self._tails.move_to_end(key)
+            while len(self._tails) > self.capacity:
+                self._tails.popitem(last=False)
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._tails.pop(key, None)
+
+    def encode(self, checkpoint: RunCheckpoint, saved_at: int, tail: Tail | None) -> Encoded:
+        """Encode ``checkpoint`` as a split: only the messages past ``tail`` when its history
+        extends the tail's, else all of them. Validates exactly as the door would."""
+        history = checkpoint.history
+        if tail is not None and not _extends(tail, history):
+            tail = None
+        start = len(tail.history) if tail is not None else 0
+        data = checkpoint.evolve(history=()).to_json()
+        validate_checkpoint(data)
+        check_writable(data)
+        new = [m.to_json() for m in history[start:]]
+        validate_messages(new, start)
+        data["history"] = [_TOKEN]
+        before, hole, after = orjson.dumps(
+            {"format": "conversation-v1", "data": data, "savedAt": saved_at}
+        ).partition(_HOLE)
+        assert hole, "the history placeholder must appear once in the envelope"
+        head = before + b"[" + GAP + b"]" + after
+        segment = b",".join(orjson.dumps(m) for m in new)
+        if tail is not None:
+            history_size = tail.history_size + (1 if tail.history_size and segment else 0)
+            history_size += len(segment)
+            message_count = tail.message_count + _counted(new)
+            digest = chain(tail.digest, segment)
+        else:
+            history_size, message_count, digest = len(segment), _counted(new), chain("", segment)
+        data["history"] = []
+        envelope = {"format": "conversation-v1", "data": data, "savedAt": saved_at}
+        summary_digest = digest_of(envelope, message_count=message_count)
+        return Encoded(
+            split=Split(head, segment, digest),
+            digest=summary_digest,
+            size=len(head) - len(GAP) + history_size,
+            history_size=history_size,
+            message_count=message_count,
+            extends=tail,
+        )
+
+    def landed(
+        self, key: str, checkpoint: RunCheckpoint, encoded: Encoded, summary: Summary
+    ) -> None:
+        self.remember(
+            key,
+            Tail(
+                revision=summary.revision,
+                digest=encoded.split.digest,
+                history=checkpoint.history,
+                history_size=encoded.history_size,
+                message_count=encoded.message_count,
+            ),
+        )

@@ -1,0 +1,87 @@
+"""History stored in segments: the optional ``Appending`` capability.
+
+An agent that checkpoints after every iteration writes a history that only grows. A backend
+with this capability keeps a record as a *head* (the envelope with the history array's contents
+cut out at a NUL byte, which JSON text never contains) and a list of *segments* (pieces of the
+history array's contents, messages joined by commas). A put that extends the previous revision
+then writes only the new messages and the new head, so checkpointing N messages one by one
+costs O(N) bytes and time in total, not O(N^2).
+
+The extension is proven, not assumed: each stored record carries ``digest``, a hash chain over
+its segments (``chain``), and ``append`` applies only when the stored revision and digest are
+the ones the writer extended; otherwise it changes nothing and returns ``None``, and the writer
+falls back to a full write. ``load`` always returns the assembled bytes, identical to what a
+full write would have stored, so readers, ``copy``, ``migrate`` and the CLI never see segments.
+A record is rewritten whole (one segment) once it has ``max_segments`` segments, which bounds
+the pieces a read must fetch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
+
+from .base import Record, Summary, plan_save
+
+__all__ = ["GAP", "Appending", "Split", "assemble", "chain", "plan_append"]
+
+GAP = b"\x00"
+"""Where the history array's contents are cut out of a head."""
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """A record in pieces: ``head`` holds one ``GAP``; ``segment`` is history content written
+    now; ``digest`` is the chain over every stored segment, this one included."""
+
+    head: bytes
+    segment: bytes
+    digest: str
+
+
+def chain(previous: str, segment: bytes) -> str:
+    """The digest after appending ``segment`` to a record whose digest was ``previous``."""
+    return hashlib.blake2b(previous.encode() + b"|" + segment, digest_size=16).hexdigest()
+
+
+def assemble(head: bytes, segments: list[bytes]) -> bytes:
+    """The record's bytes: the head with the non-empty segments joined into its gap."""
+    before, _, after = head.partition(GAP)
+    return before + b",".join(s for s in segments if s) + after
+
+
+def plan_append(current: Summary | None, summary: Summary, *, base_revision: int) -> Summary:
+    """``plan_save``'s rules for an append over ``base_revision``; ``summary.size`` is kept."""
+    planned = plan_save(
+        current, Record(summary, b""), expect_revision=base_revision, create_only=False
+    )
+    return replace(planned, size=summary.size)
+
+
+@runtime_checkable
+class Appending(Protocol):
+    """Optional: records stored as a head plus history segments (see the module docstring)."""
+
+    max_segments: int
+
+    def save_split(
+        self,
+        record: Record,
+        split: Split,
+        *,
+        expect_revision: int | None = None,
+        create_only: bool = False,
+    ) -> Summary:
+        """``save``, storing ``split`` as the record's head and only segment; ``record.body`` is
+        the assembled bytes (``assemble(split.head, [split.segment])``)."""
+        ...
+
+    def append(
+        self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
+    ) -> Summary | None:
+        """Atomically, if the stored record is at ``base_revision`` with ``base_digest`` and has
+        fewer than ``max_segments`` segments: apply ``plan_append``, replace the head, append
+        ``split.segment`` and store ``split.digest``. Otherwise change nothing and return
+        ``None``. ``summary.size`` is the assembled size after the append."""
+        ...
