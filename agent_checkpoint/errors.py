@@ -12,6 +12,12 @@
     ├── UnsafeStageError                    (ValueError)  a failurePoint.stage that could leak a secret
     ├── MigrationError                      (ValueError)  a migration step that misbehaved
     ├── ConversationMismatchError                         agent ids differ (ERR_CONVERSATION_MISMATCH)
+    ├── TranscriptError                     (ValueError)  a transcript or turn file cannot be used
+    │   ├── TranscriptNotFoundError         (LookupError) the path names no file
+    │   ├── EmptyTranscriptError                          the file holds no record at all
+    │   ├── UnrecognizedFormatError                       content matches no known format
+    │   ├── MalformedTranscriptError                      not JSON, binary, truncated, oversized
+    │   └── DivergedError                                 merge: both sides go on past a fork
     └── StoreError
         ├── InvalidKeyError                 (ValueError)  a key or cursor the store cannot take
         ├── NotFoundError                   (LookupError) an operation that needs a record found none
@@ -36,6 +42,8 @@ __all__ = [
     "BackendError",
     "BackendUnavailableError",
     "CheckpointError",
+    "DivergedError",
+    "EmptyTranscriptError",
     "ConflictError",
     "ConversationMismatchError",
     "EnvelopeError",
@@ -43,13 +51,17 @@ __all__ = [
     "InvalidKeyError",
     "InvalidPausedRunError",
     "LeaseError",
+    "MalformedTranscriptError",
     "MigrationError",
     "MissingDependencyError",
     "NotFoundError",
     "OwnershipConflictError",
     "RecordTooLargeError",
     "StoreError",
+    "TranscriptError",
+    "TranscriptNotFoundError",
     "UnknownFormatError",
+    "UnrecognizedFormatError",
     "UnreadableEnvelopeError",
     "UnsafeStageError",
     "UnsupportedOperationError",
@@ -122,6 +134,41 @@ class ConversationMismatchError(CheckpointError):
         super().__init__(message)
         self.stored_agent_id = stored_agent_id
         self.agent_id = agent_id
+
+
+class TranscriptError(CheckpointError, ValueError):
+    """A transcript or canonical turn file that cannot be read as asked; the message names the
+    file and, where it helps, the line or byte."""
+
+    code = "ERR_TRANSCRIPT"
+
+
+class TranscriptNotFoundError(TranscriptError, LookupError):
+    code = "ERR_TRANSCRIPT_NOT_FOUND"
+
+
+class EmptyTranscriptError(TranscriptError):
+    code = "ERR_TRANSCRIPT_EMPTY"
+
+
+class UnrecognizedFormatError(TranscriptError):
+    code = "ERR_TRANSCRIPT_FORMAT"
+
+
+class MalformedTranscriptError(TranscriptError):
+    code = "ERR_TRANSCRIPT_MALFORMED"
+
+
+class DivergedError(TranscriptError):
+    """Two conversations share ``fork`` turns and then both go on differently."""
+
+    code = "ERR_TRANSCRIPTS_DIVERGED"
+
+    def __init__(self, message: str, *, fork: int, a_rest: int, b_rest: int) -> None:
+        super().__init__(message)
+        self.fork = fork
+        self.a_rest = a_rest
+        self.b_rest = b_rest
 
 
 class StoreError(CheckpointError):

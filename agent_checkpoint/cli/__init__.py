@@ -18,11 +18,14 @@ from ..errors import (
     CheckpointError,
     ConflictError,
     ConversationMismatchError,
+    DivergedError,
     EnvelopeError,
     InvalidCheckpointError,
     MissingDependencyError,
     NotFoundError,
     StoreError,
+    TranscriptError,
+    TranscriptNotFoundError,
 )
 from . import interchange as interchange_commands
 from . import ops as ops_commands
@@ -56,6 +59,12 @@ def exit_code_for(exc: BaseException) -> int:
     """The documented exit code for an error (README, "Exit codes")."""
     if isinstance(exc, CommandError):
         return exc.exit_code
+    if isinstance(exc, DivergedError):
+        return EXIT["conflict"]
+    if isinstance(exc, TranscriptNotFoundError):
+        return EXIT["not_found"]
+    if isinstance(exc, TranscriptError):
+        return EXIT["invalid"]
     if isinstance(exc, NotFoundError):
         return EXIT["not_found"]
     if isinstance(exc, ConflictError):

@@ -22,6 +22,8 @@ EXIT = {
     "backend": 6,  # the store's server failed or stayed unreachable after retries
     "dependency": 7,  # the store URL needs an extra that is not installed
     "internal": 70,
+    "cannot_execute": 126,  # resume: the command exists but cannot run
+    "command_not_found": 127,  # resume: the command was not found
 }
 """Exit codes of every command, documented in README "Exit codes"."""
 

@@ -1,14 +1,337 @@
-"""Interchange commands: save, resume, diff, merge (filled in by the interchange work)."""
+"""Interchange commands: ``save``, ``resume``, ``diff``, ``merge`` (the seed CLI, kept).
+
+Exit codes (``EXIT`` in ``_common``): 0 success; 2 bad arguments or an output that cannot be
+written; 3 a transcript, checkpoint or store key that does not exist; 4 ``merge`` of two
+diverged conversations without ``--prefer``; 5 input that is present but unusable (empty,
+binary, not JSON, truncated, an oversized line, no recognised format, no complete turn).
+``diff`` keeps the seed's codes: 0 identical, 1 different, 2 for every failure. ``resume``
+exits with its command's code, 128+N if the command died of signal N, 126 if the command
+cannot be executed and 127 if it is not found. Notes about what was left out or repaired go
+to stderr as ``agent-checkpoint: note: ...``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
 from typing import Any
+
+from ..transcripts import (
+    FORMATS,
+    DivergedError,
+    Fork,
+    Side,
+    Transcript,
+    TranscriptError,
+    TranscriptNotFoundError,
+    Turn,
+    checkpoint_to_turns,
+    diff_turns,
+    find_fork,
+    merged_turns,
+    open_transcript,
+    plan_integrity,
+    turns_to_checkpoint,
+    write_turns,
+)
+from ._common import EXIT, CommandError, store_from
+
+__all__ = ["INIT_ENV", "register"]
+
+INIT_ENV = "AGENT_CHECKPOINT_INIT"
+"""The variable ``resume`` sets to the absolute path of the turn JSONL to resume from."""
+EXIT_CANNOT_EXECUTE = EXIT["cannot_execute"]
+EXIT_COMMAND_NOT_FOUND = EXIT["command_not_found"]
+
+
+def note(line: str) -> None:
+    print(f"agent-checkpoint: note: {line}", file=sys.stderr)
+
+
+@contextmanager
+def translated(*, usage_only: bool = False) -> Iterator[None]:
+    """Library errors as ``CommandError`` with their exit code (all 2 for ``diff``)."""
+    try:
+        yield
+    except TranscriptNotFoundError as exc:
+        raise CommandError(str(exc), EXIT["usage" if usage_only else "not_found"]) from exc
+    except DivergedError as exc:
+        raise CommandError(str(exc), EXIT["usage" if usage_only else "conflict"]) from exc
+    except TranscriptError as exc:
+        raise CommandError(str(exc), EXIT["usage" if usage_only else "invalid"]) from exc
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        code = EXIT["usage"] if usage_only else EXIT["invalid"]
+        raise CommandError(f"{where}{exc.strerror or exc}", code) from exc
+
+
+def _add_input_format(parser: argparse.ArgumentParser, flag: str = "--format") -> None:
+    parser.add_argument(
+        flag,
+        dest="input_format",
+        choices=FORMATS,
+        default=None,
+        help="read the input as this format instead of detecting it",
+    )
+
+
+def _add_on_dangling(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--on-dangling",
+        choices=("drop", "synthesize"),
+        default="drop",
+        help="a tool call without a result: cut the conversation before it (drop, the "
+        "default) or add an error result for it (synthesize)",
+    )
 
 
 def register(sub: Any) -> None:
-    del sub
+    """Add ``save``, ``resume``, ``diff`` and ``merge`` to the CLI's subparsers."""
+    save = sub.add_parser(
+        "save",
+        help="normalise a transcript into a checkpoint",
+        description="Read a transcript (Claude Code log, OpenAI or Anthropic messages, "
+        "Responses items, Codex rollout, or turn JSONL), repair its tool calls and write "
+        "canonical turn JSONL (-o) or a run checkpoint in a store (--store).",
+    )
+    save.add_argument("transcript")
+    target = save.add_mutually_exclusive_group(required=True)
+    target.add_argument("-o", "--output", metavar="OUT.jsonl", help="write turn JSONL here")
+    target.add_argument("--store", metavar="URL", help="put a run checkpoint in this store")
+    save.add_argument("--key", help="store key (default: the checkpoint's run id)")
+    _add_input_format(save)
+    _add_on_dangling(save)
+    save.set_defaults(run=run_save)
+
+    resume = sub.add_parser(
+        "resume",
+        help="run a command with AGENT_CHECKPOINT_INIT set to a checkpoint",
+        description=f"Check the checkpoint, then run COMMAND with {INIT_ENV} set to the "
+        "absolute path of a turn JSONL file, and exit with the command's exit code.",
+    )
+    resume.add_argument("checkpoint", metavar="CKPT", help="turn JSONL or transcript, or a KEY")
+    resume.add_argument("--store", metavar="URL", help="read CKPT as a key of this store")
+    _add_input_format(resume)
+    _add_on_dangling(resume)
+    resume.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
+    resume.set_defaults(run=run_resume)
+
+    diff = sub.add_parser(
+        "diff",
+        help="compare two checkpoints turn by turn (exit 0 same, 1 different, 2 error)",
+        description="Align the turns of A and B and list what was inserted, removed or changed.",
+    )
+    diff.add_argument("a", metavar="A")
+    diff.add_argument("b", metavar="B")
+    diff.add_argument("-f", "--format", dest="output", choices=("text", "json"), default="text")
+    _add_input_format(diff, "--input-format")
+    diff.set_defaults(run=run_diff)
+
+    merge = sub.add_parser(
+        "merge",
+        help="merge two checkpoints of one conversation at their fork point",
+        description="Keep the shared turns of A and B and the turns that extend them. Two "
+        "conversations that part ways are refused (exit 4) unless --prefer picks a branch.",
+    )
+    merge.add_argument("a", metavar="A")
+    merge.add_argument("b", metavar="B")
+    merge.add_argument("-o", "--output", required=True, metavar="OUT.jsonl")
+    merge.add_argument("--prefer", choices=("a", "b"), help="the branch to keep past a fork")
+    _add_input_format(merge)
+    _add_on_dangling(merge)
+    merge.set_defaults(run=run_merge)
 
 
-def _unused(args: argparse.Namespace) -> int:  # pragma: no cover
-    return 0
+def _open(path: str, fmt: str | None) -> Transcript:
+    return open_transcript(path, format=fmt)  # type: ignore[arg-type]
+
+
+def _write(path: str, turns: Iterable[Turn]) -> int:
+    try:
+        return write_turns(path, turns)
+    except OSError as exc:
+        raise CommandError(f"cannot write {path}: {exc.strerror or exc}", EXIT["usage"]) from exc
+
+
+def run_save(args: argparse.Namespace) -> int:
+    with translated():
+        transcript = _open(args.transcript, args.input_format)
+        plan = plan_integrity(transcript, policy=args.on_dangling)
+        for line in [*transcript.notes, *plan.report.lines()]:
+            note(line)
+        if plan.report.turns_out == 0:
+            raise CommandError(
+                f"{args.transcript}: no complete turn to save (every turn follows a tool call "
+                "that has no result; --on-dangling synthesize keeps them)",
+                EXIT["invalid"],
+            )
+        if args.output:
+            count = _write(args.output, plan.apply(transcript))
+            print(f"Saved {count} turns to {args.output}")
+            return EXIT["ok"]
+        checkpoint, report = turns_to_checkpoint(plan.apply(transcript))
+    for line in report.lines():
+        note(line)
+    store = store_from(args)
+    try:
+        summary = store.put(checkpoint, key=args.key)
+    finally:
+        store.close()
+    print(
+        f"Saved {plan.report.turns_out} turns ({len(checkpoint.history)} messages) to "
+        f"{args.store} as {summary.key} (revision {summary.revision})"
+    )
+    return EXIT["ok"]
+
+
+class _Resumable:
+    """The file handed to the command, and whether it is a temporary copy to remove."""
+
+    def __init__(self, path: Path, temporary: bool) -> None:
+        self.path, self.temporary = path, temporary
+
+    def remove(self) -> None:
+        if self.temporary:
+            self.path.unlink(missing_ok=True)
+
+
+def _temp_copy(turns: Iterable[Turn]) -> _Resumable:
+    fd, name = tempfile.mkstemp(prefix="agent-checkpoint-", suffix=".jsonl")
+    os.close(fd)
+    path = Path(name)
+    try:
+        write_turns(path, turns)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return _Resumable(path, True)
+
+
+def _prepare(args: argparse.Namespace) -> _Resumable:
+    """Check the checkpoint before anything runs; refuse what cannot be resumed."""
+    if args.store:
+        store = store_from(args)
+        try:
+            checkpoint = store.get(args.checkpoint)
+        finally:
+            store.close()
+        if checkpoint is None:
+            raise CommandError(
+                f"no checkpoint under key {args.checkpoint!r} in {args.store}", EXIT["not_found"]
+            )
+        if not checkpoint.history:
+            raise CommandError(
+                f"checkpoint {args.checkpoint!r} has an empty history", EXIT["invalid"]
+            )
+        return _temp_copy(checkpoint_to_turns(checkpoint))
+    with translated():
+        transcript = _open(args.checkpoint, args.input_format)
+        plan = plan_integrity(transcript, policy=args.on_dangling)
+        for line in [*transcript.notes, *plan.report.lines()]:
+            note(line)
+        if plan.report.turns_out == 0:
+            raise CommandError(f"{args.checkpoint}: no complete turn to resume", EXIT["invalid"])
+        if transcript.format == "turns" and not plan.report.changed:
+            return _Resumable(Path(args.checkpoint).resolve(), False)
+        note(f"resuming from a normalised copy of {args.checkpoint} ({transcript.format})")
+        return _temp_copy(plan.apply(transcript))
+
+
+def run_resume(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise CommandError("resume needs a command: resume CKPT -- COMMAND [ARG...]")
+    resumable = _prepare(args)
+    try:
+        return run_command(command, os.environ | {INIT_ENV: str(resumable.path)})
+    finally:
+        resumable.remove()
+
+
+def run_command(command: Sequence[str], env: dict[str, str]) -> int:
+    """Run ``command`` to completion; its exit code, or 128+N if signal N ended it."""
+    try:
+        child = subprocess.Popen(list(command), env=env)
+    except FileNotFoundError as exc:
+        raise CommandError(
+            f"cannot run {command[0]!r}: command not found", EXIT_COMMAND_NOT_FOUND
+        ) from exc
+    except OSError as exc:
+        raise CommandError(
+            f"cannot run {command[0]!r}: {exc.strerror or exc}", EXIT_CANNOT_EXECUTE
+        ) from exc
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        del frame
+        child.send_signal(signum)
+
+    # The terminal sends Ctrl-C to the child too; the child decides, and we report its end.
+    Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+    handlers: dict[signal.Signals, Handler] = {}
+    wanted: dict[signal.Signals, Handler] = {
+        signal.SIGINT: signal.SIG_IGN,
+        signal.SIGTERM: forward,
+        signal.SIGHUP: forward,
+    }
+    try:
+        for sig, handler in wanted.items():
+            try:
+                handlers[sig] = signal.signal(sig, handler)
+            except ValueError:  # not the main thread: leave signals alone
+                break
+        code = child.wait()
+    finally:
+        for sig, previous in handlers.items():
+            signal.signal(sig, previous)
+    return 128 - code if code < 0 else code
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    with translated(usage_only=True):
+        a = _open(args.a, args.input_format)
+        b = _open(args.b, args.input_format)
+        result = diff_turns(a, b)
+    if args.output == "json":
+        print(json.dumps(result.to_json(), ensure_ascii=False))
+    else:
+        for line in result.lines():
+            print(line)
+    return EXIT["ok"] if result.identical else EXIT["differ"]
+
+
+class _Merged:
+    def __init__(self, a: Transcript, b: Transcript, fork: Fork, prefer: Side | None) -> None:
+        self.a, self.b, self.fork, self.prefer = a, b, fork, prefer
+
+    def __iter__(self) -> Iterator[Turn]:
+        return merged_turns(self.a, self.b, self.fork, prefer=self.prefer)
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    with translated():
+        a = _open(args.a, args.input_format)
+        b = _open(args.b, args.input_format)
+        fork = find_fork(a, b)
+        merged = _Merged(a, b, fork, args.prefer)
+        if fork.diverged and args.prefer:
+            note(f"{fork.describe()}; kept {args.prefer.upper()}'s branch")
+        plan = plan_integrity(merged, policy=args.on_dangling)  # refuses a divergence
+        for line in plan.report.lines():
+            note(line)
+        _write(args.output, plan.apply(merged))
+    from_a, from_b = fork.taken(args.prefer)
+    print(
+        f"Merged {from_a} turns from {args.a} + {from_b} new turns from {args.b} into {args.output}"
+    )
+    return EXIT["ok"]

@@ -1,0 +1,99 @@
+"""The interchange: agent transcripts to canonical turn JSONL and run checkpoints, and back.
+
+::
+
+    from agent_checkpoint.transcripts import open_transcript, plan_integrity, write_turns
+
+    transcript = open_transcript("session.jsonl")        # format detected by content
+    plan = plan_integrity(transcript)                     # pass 1: ids and positions only
+    write_turns("ckpt.jsonl", plan.apply(transcript))     # pass 2: streamed, atomic
+    print(plan.report.lines(), transcript.notes)
+
+Readers: Claude Code session logs, OpenAI chat messages, Anthropic messages, OpenAI
+Responses items, Codex CLI rollouts, and the canonical turn JSONL itself (``FORMATS``).
+``turns_to_checkpoint`` / ``checkpoint_to_turns`` convert to and from ``RunCheckpoint``;
+``diff_turns`` aligns two conversations; ``find_fork`` and ``merged_turns`` merge them.
+"""
+
+from .convert import (
+    ConversionReport,
+    NotCarried,
+    checkpoint_to_turns,
+    messages_to_turns,
+    turns_to_checkpoint,
+    turns_to_messages,
+)
+from .detect import FORMATS, Detected, Format, detect
+from .diff import Difference, DiffResult, diff_turns
+from .errors import (
+    DivergedError,
+    EmptyTranscriptError,
+    MalformedTranscriptError,
+    TranscriptError,
+    TranscriptNotFoundError,
+    UnrecognizedFormatError,
+)
+from .integrity import (
+    DANGLING_RESULT,
+    IntegrityPlan,
+    IntegrityReport,
+    Policy,
+    plan_integrity,
+    repair,
+)
+from .jsonio import MAX_RECORD_BYTES
+from .merge import Fork, Side, find_fork, merged_turns
+from .sources import Transcript, open_transcript
+from .turns import (
+    TURN_KEYS,
+    Turn,
+    iso_utc,
+    make_tool_call,
+    make_tool_result,
+    read_turns,
+    turn_from_json,
+    write_turns,
+)
+
+__all__ = [
+    "DANGLING_RESULT",
+    "FORMATS",
+    "MAX_RECORD_BYTES",
+    "TURN_KEYS",
+    "ConversionReport",
+    "Detected",
+    "DiffResult",
+    "Difference",
+    "DivergedError",
+    "EmptyTranscriptError",
+    "Fork",
+    "Format",
+    "IntegrityPlan",
+    "IntegrityReport",
+    "MalformedTranscriptError",
+    "NotCarried",
+    "Policy",
+    "Side",
+    "Transcript",
+    "TranscriptError",
+    "TranscriptNotFoundError",
+    "Turn",
+    "UnrecognizedFormatError",
+    "checkpoint_to_turns",
+    "detect",
+    "diff_turns",
+    "find_fork",
+    "iso_utc",
+    "make_tool_call",
+    "make_tool_result",
+    "merged_turns",
+    "messages_to_turns",
+    "open_transcript",
+    "plan_integrity",
+    "read_turns",
+    "repair",
+    "turn_from_json",
+    "turns_to_checkpoint",
+    "turns_to_messages",
+    "write_turns",
+]

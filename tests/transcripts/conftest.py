@@ -1,0 +1,55 @@
+"""Fixtures of the interchange tests: fixture paths, reading a transcript, running the CLI."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from agent_checkpoint.cli import main
+from agent_checkpoint.transcripts import Turn, open_transcript, plan_integrity
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@dataclass(frozen=True)
+class Ran:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def fixture_path() -> Callable[[str], Path]:
+    """``fixture_path("transcripts/openai_chat_tools.json")``."""
+    return lambda name: FIXTURES / name
+
+
+@pytest.fixture
+def saved() -> Callable[..., list[Turn]]:
+    """What ``save`` keeps of a transcript: its turns after the integrity repair."""
+
+    def saved(path: Path | str, **options: object) -> list[Turn]:
+        transcript = open_transcript(path, format=options.pop("format", None))  # type: ignore[arg-type]
+        plan = plan_integrity(transcript, **options)  # type: ignore[arg-type]
+        return list(plan.apply(transcript))
+
+    return saved
+
+
+@pytest.fixture
+def run(capfd: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
+    """Run ``agent-checkpoint ARGS...`` in this process; output of child processes included."""
+
+    def run(*args: str) -> Ran:
+        capfd.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's own usage errors
+            code = int(exc.code or 0)
+        out, err = capfd.readouterr()
+        return Ran(code, out, err)
+
+    return run

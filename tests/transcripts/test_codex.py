@@ -1,0 +1,86 @@
+"""Codex CLI rollouts: response items, turn context, event lines, compaction."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from agent_checkpoint.transcripts import Turn, open_transcript
+
+Saved = Callable[..., list[Turn]]
+
+
+def test_a_rollout_reads_its_response_items_and_cuts_the_unfinished_call(
+    saved: Saved, fixture_path: Callable[[str], Path]
+) -> None:
+    turns = saved(fixture_path("transcripts/codex_rollout.jsonl"))
+    assert [(t.role, t.call_ids, t.result_ids) for t in turns] == [
+        ("user", (), ()),
+        ("user", (), ()),
+        ("assistant", ("call_ls",), ()),
+        ("tool", (), ("call_ls",)),
+        ("assistant", (), ()),
+        ("user", (), ()),
+        ("assistant", ("call_patch",), ()),
+        ("tool", (), ("call_patch",)),
+        ("user", (), ()),
+    ]
+    assert turns[1].content == [{"type": "input_text", "text": "list the files"}]
+    assert turns[2].model == "gpt-5-codex" and turns[2].ts == "2025-10-29T01:00:03Z"
+    assert json.loads(turns[2].tool_calls[0]["function"]["arguments"]) == {  # type: ignore[index]
+        "command": ["bash", "-lc", "ls"],
+        "workdir": "/work/app",
+    }
+    patch = json.loads(turns[6].tool_calls[0]["function"]["arguments"])  # type: ignore[index]
+    assert patch == {"input": "*** Begin Patch\n*** Add File: hello.txt\n+hi\n*** End Patch\n"}
+    assert turns[7].content == "Success. Updated the following files:\nA hello.txt\n"
+    assert turns[8].content == [{"type": "input_text", "text": "now run the tests"}]
+    assert "There are two entries" in json.dumps(turns[4].content)
+    assert sum("agent_message" in json.dumps(t.content) for t in turns) == 0  # events ignored
+
+
+def test_a_compacted_rollout_starts_from_its_summary(
+    saved: Saved, fixture_path: Callable[[str], Path]
+) -> None:
+    turns = saved(fixture_path("transcripts/codex_compacted.jsonl"))
+    assert [t.role for t in turns] == ["user", "user", "assistant"]
+    assert turns[0].content == "Summary: the user asked an old question and got an old answer."
+    assert "old answer" not in json.dumps(turns[2].content)
+
+
+def test_a_replacement_history_replaces_everything_before_it(tmp_path: Path) -> None:
+    path = tmp_path / "rollout.jsonl"
+    lines = [
+        {"type": "session_meta", "payload": {"id": "x"}},
+        {"type": "response_item", "payload": {"type": "message", "role": "user", "content": "old"}},
+        {"type": "compacted", "payload": {"message": "", "replacement_history": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "kept"}]},
+            {"type": "message", "role": "user", "content": "summary"},
+        ]}},
+        {"type": "response_item", "payload": {"type": "message", "role": "assistant", "content": "new"}},
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    turns = list(open_transcript(path))
+    assert [(t.role, t.content) for t in turns] == [
+        ("user", [{"type": "input_text", "text": "kept"}]),
+        ("user", "summary"),
+        ("assistant", [{"type": "message", "role": "assistant", "content": "new"}]),
+    ]
+
+
+def test_an_old_rollout_of_bare_items_reads_too(tmp_path: Path) -> None:
+    path = tmp_path / "rollout-old.jsonl"
+    lines = [
+        {"id": "0197", "timestamp": "2025-05-01T10:00:00Z", "instructions": None},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        {"record_type": "state"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "yo"}],
+        },
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    transcript = open_transcript(path, format="codex")
+    assert [t.role for t in transcript] == ["user", "assistant"]

@@ -1,0 +1,180 @@
+"""Tool-call integrity over the whole history: dangling, partial, orphan, duplicate."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent_checkpoint.transcripts import (
+    DANGLING_RESULT,
+    Turn,
+    make_tool_call,
+    make_tool_result,
+    repair,
+)
+
+
+def user(text: str) -> Turn:
+    return Turn("user", text)
+
+
+def calls(*ids: str) -> Turn:
+    return Turn(
+        "assistant",
+        [{"type": "tool_use", "id": i, "name": f"fn_{i}", "input": {}} for i in ids],
+        tool_calls=tuple(make_tool_call(i, f"fn_{i}", {}) for i in ids),
+    )
+
+
+def result(id_: str, body: str = "ok") -> Turn:
+    return Turn("tool", body, tool_results=(make_tool_result(id_, body),))
+
+
+def flat(turns: list[Turn]) -> list[tuple[str, object]]:
+    """Each turn as (role, its call ids or result ids, else its content)."""
+    return [(t.role, t.call_ids or t.result_ids or t.content) for t in turns]
+
+
+def test_an_intact_history_is_left_alone() -> None:
+    history = [user("q"), calls("a", "b"), result("a"), result("b"), Turn("assistant", "done")]
+    repaired, report = repair(history)
+    assert repaired == history
+    assert not report.changed and report.lines() == []
+
+
+def test_a_dangling_call_at_the_end_is_cut_like_the_seed() -> None:
+    repaired, report = repair([user("q"), calls("a"), result("a"), user("again"), calls("b")])
+    assert flat(repaired) == [
+        ("user", "q"),
+        ("assistant", ("a",)),
+        ("tool", ("a",)),
+        ("user", "again"),
+    ]
+    assert report.cut_at == 4
+    assert report.lines() == [
+        "cut the conversation after turn 4 of 5: tool call b (fn_b) at turn 5 has no result"
+    ]
+
+
+def test_a_dangling_call_in_the_middle_cuts_the_history_there() -> None:
+    history = [user("q"), calls("a"), user("never mind"), calls("b"), result("b"), user("end")]
+    repaired, report = repair(history)
+    assert flat(repaired) == [("user", "q")]
+    assert report.cut_at == 1 and [d.id for d in report.dangling] == ["a"]
+
+
+def test_a_partial_parallel_batch_is_cut_before_the_batch() -> None:
+    history = [user("q"), calls("a", "b", "c"), result("a"), result("c"), user("next")]
+    repaired, report = repair(history)
+    assert flat(repaired) == [("user", "q")]
+    assert [d.id for d in report.dangling] == ["b"]
+
+
+def test_synthesize_answers_the_missing_call_right_after_its_batch() -> None:
+    history = [user("q"), calls("a", "b", "c"), result("a"), result("c"), user("next")]
+    repaired, report = repair(history, policy="synthesize")
+    assert flat(repaired) == [
+        ("user", "q"),
+        ("assistant", ("a", "b", "c")),
+        ("tool", ("a",)),
+        ("tool", ("c",)),
+        ("tool", ("b",)),
+        ("user", "next"),
+    ]
+    assert repaired[4].tool_results == (
+        {"tool_call_id": "b", "name": "fn_b", "content": DANGLING_RESULT, "is_error": True},
+    )
+    assert report.lines() == [
+        "added an error result for tool call b (fn_b) at turn 2: none was recorded"
+    ]
+
+
+def test_an_orphan_result_is_dropped_with_its_turn() -> None:
+    history = [user("q"), result("ghost"), calls("a"), result("a"), result("a", "again")]
+    repaired, report = repair(history)
+    assert flat(repaired) == [("user", "q"), ("assistant", ("a",)), ("tool", ("a",))]
+    assert repaired[2].content == "ok"
+    assert [(o.turn, o.id) for o in report.orphans] == [(1, "ghost"), (4, "a")]
+    assert report.lines() == [
+        "dropped a tool result for ghost at turn 2: no call was waiting for it",
+        "dropped a tool result for a at turn 5: no call was waiting for it",
+    ]
+
+
+def test_a_result_before_its_call_is_an_orphan_and_the_call_dangles() -> None:
+    repaired, report = repair([user("q"), result("a"), calls("a")])
+    assert flat(repaired) == [("user", "q")]
+    assert [o.id for o in report.orphans] == ["a"] and [d.id for d in report.dangling] == ["a"]
+
+
+def test_duplicate_ids_in_one_batch_are_renamed_with_their_results_and_content() -> None:
+    history = [
+        user("q"),
+        calls("call_0", "call_0"),
+        result("call_0", "one"),
+        result("call_0", "two"),
+    ]
+    repaired, report = repair(history)
+    assert flat(repaired) == [
+        ("user", "q"),
+        ("assistant", ("call_0", "call_0~2")),
+        ("tool", ("call_0",)),
+        ("tool", ("call_0~2",)),
+    ]
+    assert [b["id"] for b in repaired[1].content] == ["call_0", "call_0~2"]
+    assert repaired[3].content == "two"
+    assert report.lines() == ["renamed duplicate tool call id call_0 at turn 2 to call_0~2"]
+
+
+def test_an_id_reused_in_a_later_turn_is_renamed() -> None:
+    history = [calls("c"), result("c", "first"), calls("c"), result("c", "second")]
+    repaired, _ = repair(history)
+    assert flat(repaired) == [
+        ("assistant", ("c",)),
+        ("tool", ("c",)),
+        ("assistant", ("c~2",)),
+        ("tool", ("c~2",)),
+    ]
+    assert repaired[3].content == "second"
+
+
+ids = st.sampled_from(["a", "b", "c"])
+turn_strategy = st.one_of(
+    st.builds(user, st.sampled_from(["hi", "more"])),
+    st.builds(lambda xs: calls(*xs), st.lists(ids, min_size=1, max_size=3)),
+    st.builds(result, ids),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(history=st.lists(turn_strategy, max_size=14), policy=st.sampled_from(["drop", "synthesize"]))
+def test_after_repair_every_call_has_exactly_one_later_result_and_no_orphan_remains(
+    history: list[Turn], policy: str
+) -> None:
+    repaired, report = repair(history, policy=policy)  # type: ignore[arg-type]
+    seen: set[str] = set()
+    waiting: set[str] = set()
+    for turn in repaired:
+        for rid in turn.result_ids:
+            assert rid in waiting, f"orphan or second result for {rid}"
+            waiting.remove(rid)
+        for cid in turn.call_ids:
+            assert cid not in seen, f"duplicate call id {cid}"
+            seen.add(cid)
+            waiting.add(cid)
+    assert not waiting, f"calls without a result: {waiting}"
+    again, second = repair(repaired, policy=policy)  # type: ignore[arg-type]
+    assert again == repaired and not second.changed
+    assert report.turns_out == len(repaired)
+    if policy == "drop":  # a cut keeps a prefix: nothing is reordered or invented
+        originals = iter(history)
+        for turn in repaired:  # same turn, bar renamed ids
+            assert any(
+                (turn.role, len(turn.call_ids), len(turn.result_ids))
+                == (o.role, len(o.call_ids), len(o.result_ids))
+                for o in originals
+            )
+    else:
+        assert report.cut_at is None
+        kept = [t for t in repaired if t.content != DANGLING_RESULT]
+        assert len(kept) == len(history) - len(report.orphans)
