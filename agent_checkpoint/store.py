@@ -318,8 +318,23 @@ class Store:
 
     def delete(self, key: str, *, if_revision: int | None = None) -> bool:
         """Remove a record; ``True`` if it existed."""
+        check_key(key)
         self._appender.forget(key)
-        return self._call(lambda: self.backend.drop(check_key(key), expect_revision=if_revision))
+        attempts = 0
+
+        def drop() -> bool:
+            nonlocal attempts
+            attempts += 1
+            try:
+                dropped = self.backend.drop(key, expect_revision=if_revision)
+            except ConflictError:
+                # An earlier attempt may have deleted it before its reply was lost.
+                if attempts > 1 and self.backend.head(key) is None:
+                    return True
+                raise
+            return dropped or attempts > 1
+
+        return self._call(drop)
 
     def forget_older_than(self, cutoff: datetime | int | float, *, limit: int = 1000) -> Forgotten:
         """Delete records saved strictly before ``cutoff``, oldest first, at most ``limit``."""

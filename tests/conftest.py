@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
 
 import pytest
 
@@ -27,3 +28,16 @@ def service_missing(name: str, reason: str) -> None:
     if IN_CI:
         pytest.fail(f"{message} (CI=true: a missing service is a failure; run scripts/services.sh)")
     pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A SeaweedFS S3 server for the whole session (moto only as a local fallback)."""
+    from support.seaweed import S3Unavailable, start_s3_server
+
+    try:
+        server = start_s3_server(tmp_path_factory.mktemp("seaweedfs"), in_ci=IN_CI)
+    except S3Unavailable as exc:
+        service_missing("S3 (SeaweedFS)", str(exc))
+    yield server
+    server.stop()

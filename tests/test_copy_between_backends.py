@@ -23,7 +23,7 @@ N = 10_000
 
 @pytest.fixture(params=sorted(set(BACKENDS) - {"disk"}))
 def network_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    yield from BACKENDS[request.param](tmp_path)
+    yield from BACKENDS[request.param](request, tmp_path)
 
 
 def seed_disk(path: str) -> None:

@@ -3,6 +3,7 @@ expire after a worker dies, and a stale worker's late write is refused."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -29,11 +30,11 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 
-def _disk(tmp_path: Path) -> Iterator[str]:
+def _disk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield str(tmp_path / "store")
 
 
-def _redis(tmp_path: Path) -> Iterator[str]:
+def _redis(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     client = redis.Redis.from_url(REDIS_URL)
     try:
         client.ping()
@@ -48,7 +49,7 @@ def _redis(tmp_path: Path) -> Iterator[str]:
     client.close()
 
 
-def _postgres(tmp_path: Path) -> Iterator[str]:
+def _postgres(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     try:
         admin = psycopg.connect(POSTGRES_URL, autocommit=True)
     except psycopg.Error as exc:
@@ -62,16 +63,34 @@ def _postgres(tmp_path: Path) -> Iterator[str]:
     admin.close()
 
 
-BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {
+def _s3(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    from support.seaweed import ACCESS_KEY, REGION, SECRET_KEY
+
+    server = request.getfixturevalue("s3_server")
+    bucket = f"race-{uuid.uuid4().hex[:10]}"
+    # Worker processes find the credentials where any AWS client looks: the environment.
+    patch = pytest.MonkeyPatch()
+    patch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    patch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    yield f"s3://{bucket}/runs?endpoint_url={server.endpoint_url}&region={REGION}&create_bucket=true"
+    patch.undo()
+    client = server.client()
+    with contextlib.suppress(Exception):
+        client.delete_bucket(Bucket=bucket)  # SeaweedFS drops a non-empty bucket whole
+    client.close()
+
+
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Iterator[str]]] = {
     "disk": _disk,
     "redis": _redis,
     "postgres": _postgres,
+    "s3": _s3,
 }
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    yield from BACKENDS[request.param](tmp_path)
+    yield from BACKENDS[request.param](request, tmp_path)
 
 
 def seed_failed_runs(url: str, n: int) -> list[str]:

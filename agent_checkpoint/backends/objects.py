@@ -1,0 +1,235 @@
+"""The object layout the S3 and fsspec backends share: records, an ordered index, repair.
+
+Layout under the store's root::
+
+    records/<name>                          JSON header line, newline, the stored bytes
+    index/<position>_<name>!<token>.<tags>  an empty object per record, for listing
+    _<namespace>/                           the same again for the Store's bookkeeping
+
+``<name>`` is the key's UTF-8 in lowercase base32hex, which keeps byte order (names sort as
+keys do) and holds no character a filesystem or S3 could reinterpret (``..``, ``/``, ``%``).
+A name over ``BUDGET`` characters is cut and ends in ``~`` plus a hash, since SeaweedFS refuses
+path segments over 255 bytes; listing orders such keys by their real keys. ``<position>``
+counts down as ``savedAt`` grows, so name order is newest first, ties by key, and a keyset
+cursor is a start-after name. ``<tags>`` hash owner, agent and failure phase, so filters skip
+entries unread. The header holds the key, the summary and a random write token.
+
+A save writes its new index entry, then the record (the commit point), then deletes the
+previous entry. An entry counts only while its record carries its token, so a crash leaves at
+most an entry that listing skips: never a key listed twice, a dropped key or a stale summary,
+and never a committed record missing from the index. ``verify(repair=True)`` (the CLI's
+``verify --repair``) writes missing entries and deletes stale ones. Oldest-first listing
+(retention) has no index of its own: it reads the index from the bound to the end.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ..errors import BackendError, InvalidKeyError
+from .base import Query, Summary, is_after, matches
+
+WIDTH = 17
+OFFSET = 10_000_000_000_000_000  # savedAt from -OFFSET up to 9 * OFFSET fits WIDTH digits
+TOP = 99_999_999_999_999_999
+HASHED = "~"
+NO_TAG = "-" * 8
+# position, '_', name (at most BUDGET + 33 characters), '!', token, '.', tags: 255 bytes
+BUDGET = 255 - (WIDTH + 1 + 1 + 16 + 1 + 24) - 33
+PEEK = 16384
+TRANSIENT = (ConnectionError, TimeoutError)
+
+
+@dataclass(frozen=True)
+class Current:
+    """A stored record's summary, write token and (on S3) ETag."""
+
+    summary: Summary
+    token: str
+    etag: str = ""
+
+
+@dataclass(frozen=True)
+class Entry:
+    position: int
+    name: str
+    token: str
+    tags: str
+
+    @property
+    def group(self) -> str | None:
+        """Cut names sharing position and stem sort by hash: they are ordered as one unit."""
+        return None if HASHED not in self.name else f"{self.position}:{stem(self.name)}"
+
+
+def key_name(key: str) -> str:
+    name = base64.b32hexencode(key.encode()).decode().rstrip("=").lower()
+    if len(name) <= BUDGET:
+        return name
+    return name[:BUDGET] + HASHED + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def name_key(name: str) -> str | None:
+    if HASHED in name:
+        return None
+    return base64.b32hexdecode(name.upper() + "=" * (-len(name) % 8)).decode()
+
+
+def stem(name: str) -> str:
+    return name.partition(HASHED)[0]
+
+
+def position(saved_at: int) -> int:
+    """Index position of ``saved_at``: smaller is newer. Bounds out of range are clamped."""
+    return min(max(TOP - (saved_at + OFFSET), -1), TOP + 1)
+
+
+def _tag(value: str | None) -> str:
+    return NO_TAG if value is None else hashlib.blake2b(value.encode(), digest_size=4).hexdigest()
+
+
+def _may_match(entry: Entry, query: Query) -> bool:
+    owner, agent, phase = entry.tags[:8], entry.tags[8:16], entry.tags[16:]
+    if query.owner is not None and owner != _tag(query.owner):
+        return False
+    if query.agent_id is not None and agent != _tag(query.agent_id):
+        return False
+    if query.failed is not None and (phase != NO_TAG) != query.failed:
+        return False
+    return query.phase is None or phase == _tag(query.phase)
+
+
+def fields_of(summary: Summary, token: str) -> dict[str, Any]:
+    s = summary
+    return {"run": s.run_id, "at": s.saved_at, "owner": s.owner, "agent": s.agent_id,
+            "phase": s.failure_phase, "iter": s.failure_iteration, "msgs": s.message_count,
+            "size": s.size, "rev": s.revision, "tok": token}  # fmt: skip
+
+
+def _units(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
+    group: list[Entry] = []
+    for entry in entries:
+        if group and entry.group != group[0].group:
+            yield group
+            group = []
+        if entry.group is None:
+            yield [entry]
+        else:
+            group.append(entry)
+    if group:
+        yield group
+
+
+class ObjectLayout:
+    """Names, headers and index listing shared by the fsspec and S3 backends. Subclasses set
+    ``_records`` and ``_index`` (path prefixes ending in ``/``) and provide ``_entries`` and
+    ``_fetch_many``."""
+
+    name: str
+    _records: str
+    _index: str
+
+    def _entries(self, start: str) -> Iterator[Entry]:
+        """Index entries in name order, strictly after the name ``start``."""
+        raise NotImplementedError
+
+    def _fetch_many(self, names: Sequence[str], operation: str) -> list[Current | None]:
+        raise NotImplementedError
+
+    def _entry_path(self, summary: Summary, name: str, token: str) -> str:
+        if not 0 <= summary.saved_at + OFFSET <= TOP:
+            raise InvalidKeyError(f"savedAt {summary.saved_at} is outside what the index orders")
+        tags = _tag(summary.owner) + _tag(summary.agent_id) + _tag(summary.failure_phase)
+        return f"{self._index}{position(summary.saved_at):0{WIDTH}d}_{name}!{token}.{tags}"
+
+    def _parse(self, entry: str) -> Entry | None:
+        rest, _, tags = entry.rpartition(".")
+        name, bang, token = rest[WIDTH + 1 :].rpartition("!")
+        if not (rest[:WIDTH].isdigit() and rest[WIDTH : WIDTH + 1] == "_" and bang):
+            return None
+        return Entry(int(rest[:WIDTH]), name, token, tags) if len(tags) == 24 else None
+
+    def _current(
+        self, fields: dict[str, Any], name: str, operation: str, etag: str = ""
+    ) -> Current:
+        f = fields
+        key = f.get("key") or name_key(name)
+        if not isinstance(key, str):
+            raise BackendError(f"{self.name} record {name!r} does not name its key",
+                               backend=self.name, operation=operation)  # fmt: skip
+        summary = Summary(key, f["run"], f["at"], f["owner"], f["agent"], f["phase"], f["iter"],
+                          f["msgs"], f["size"], f["rev"])  # fmt: skip
+        return Current(summary, f["tok"], etag)
+
+    def _header(self, key: str, summary: Summary, token: str) -> bytes:
+        return orjson.dumps({"key": key, **fields_of(summary, token)}) + b"\n"
+
+    def _split(self, data: bytes, path: str, operation: str) -> tuple[dict[str, Any], bytes]:
+        header, newline, body = data.partition(b"\n")
+        try:
+            fields = orjson.loads(header) if newline else None
+        except orjson.JSONDecodeError:
+            fields = None
+        if not isinstance(fields, dict) or "tok" not in fields:
+            raise BackendError(
+                f"{self.name} object {path!r} is not a record of this store",
+                backend=self.name,
+                operation=operation,
+            )
+        return fields, body
+
+    def scan(self, query: Query) -> list[Summary]:
+        start = ""
+        if query.saved_before is not None:
+            if position(query.saved_before) > TOP:
+                return []
+            # '~' sorts after '_': entries saved at the bound itself are skipped too
+            start = f"{position(query.saved_before):0{WIDTH}d}~"
+        stop = TOP if query.saved_since is None else position(query.saved_since)
+        if query.after is not None:
+            saved, key = query.after
+            if query.oldest_first:
+                stop = min(stop, position(saved))
+            else:
+                # past every entry of the cursor's key (or of its stem), before greater keys
+                start = max(start, f"{position(saved):0{WIDTH}d}_{stem(key_name(key))}!~")
+        entries = itertools.takewhile(lambda e: e.position <= stop, self._entries(start))
+        units = _units(e for e in entries if _may_match(e, query))
+        if query.oldest_first:
+            # reversed by position only: the sort is stable, so ties stay in key order
+            units = iter(sorted(units, key=lambda unit: -unit[0].position))
+        return self._collect(units, query)
+
+    def _collect(self, units: Iterable[list[Entry]], query: Query) -> list[Summary]:
+        """Keep the entries whose record still carries their token and passes the query,
+        reading records a page's worth at a time."""
+        out: list[Summary] = []
+        batch: list[list[Entry]] = []
+        ending: list[list[Entry]] = [[]]  # flushes the last batch
+        for unit in itertools.chain(units, ending):
+            if unit:
+                batch.append(unit)
+                if sum(map(len, batch)) < query.limit - len(out):
+                    continue
+            entries = [entry for chunk in batch for entry in chunk]
+            found = self._fetch_many([e.name for e in entries], "scan")
+            valid = {
+                e: c.summary
+                for e, c in zip(entries, found, strict=True)
+                if c and c.token == e.token
+            }
+            for chunk in batch:
+                for summary in sorted((valid[e] for e in chunk if e in valid), key=lambda s: s.key):
+                    if is_after(summary, query) and matches(summary, query):
+                        out.append(summary)
+                        if len(out) >= query.limit:
+                            return out
+            batch = []
+        return out

@@ -1,0 +1,219 @@
+"""The fsspec backend on fsspec's memory filesystem (``fsspec+memory://``): the conformance
+suite, listing at scale, hostile keys, index repair, and driver errors translated."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import fsspec
+import pytest
+
+from agent_checkpoint import Store, open_store
+from agent_checkpoint.backends.fsspec import FsspecBackend
+from agent_checkpoint.backends.memory import MemoryBackend
+from agent_checkpoint.errors import (
+    BackendError,
+    BackendUnavailableError,
+    InvalidKeyError,
+    MissingDependencyError,
+)
+from agent_checkpoint.maintenance import verify_store
+from agent_checkpoint.store import RetryPolicy
+from agent_checkpoint.testing import ClaimsConformance, StoreConformance, checkpoint, stamped
+
+MEMORY = fsspec.filesystem("memory")  # one per process: every test takes its own root
+
+
+@pytest.fixture
+def root() -> Iterator[str]:
+    path = f"/agent-checkpoint-tests/{uuid.uuid4().hex}"
+    yield path
+    remove(path)
+
+
+def remove(root: str) -> None:
+    # MemoryFileSystem.rm(recursive=True) is quadratic in the files it removes
+    for path in [p for p in MEMORY.store if p.startswith(root + "/")]:
+        del MEMORY.store[path]
+    MEMORY.pseudo_dirs[:] = [d for d in MEMORY.pseudo_dirs if not d.startswith(root)]
+
+
+@pytest.fixture
+def store(root: str) -> Iterator[Store]:
+    with open_store(f"fsspec+memory://{root}") as opened:
+        yield opened
+
+
+class TestFsspecMemoryStore(StoreConformance, ClaimsConformance):
+    pass
+
+
+def test_fsspec_prefix_reaches_fsspec_memory_and_plain_memory_stays_ours(root: str) -> None:
+    with open_store(f"fsspec+memory://{root}") as store:
+        assert isinstance(store.backend, FsspecBackend)
+        store.put(checkpoint("r"), key="k")
+    assert MEMORY.exists(f"{root}/records")
+    with open_store("memory://") as ours:
+        assert isinstance(ours.backend, MemoryBackend)
+
+
+def test_an_unknown_scheme_or_a_missing_driver_is_a_clear_error() -> None:
+    with pytest.raises(InvalidKeyError, match="no store backend or fsspec filesystem"):
+        open_store("no-such-scheme://bucket/prefix")
+    with pytest.raises(MissingDependencyError, match="gs:// store needs a driver"):
+        open_store("gs://bucket/prefix")  # gcsfs is not installed here
+
+
+def test_compare_and_swap_holds_only_within_one_process(root: str) -> None:
+    backend = FsspecBackend.from_url(f"fsspec+memory://{root}")
+    assert backend.conditional_writes_across_processes is False
+    # two stores on one root in one process share the lock: one CAS winner
+    first, second = Store(backend), Store(FsspecBackend.from_url(f"fsspec+memory://{root}"))
+    first.put(checkpoint(), key="race")
+    barrier = threading.Barrier(8)
+    wins: list[int] = []
+
+    def contender(i: int) -> None:
+        barrier.wait()
+        try:
+            (first if i % 2 else second).put(checkpoint(text=f"w{i}"), key="race", if_revision=1)
+            wins.append(i)
+        except Exception:
+            pass
+
+    threads = [threading.Thread(target=contender, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    assert first.head("race").revision == 2  # type: ignore[union-attr]
+
+
+def test_newest_100_of_10000_and_paging_all_while_a_writer_adds_newer(store: Store) -> None:
+    total = 10_000
+    saved = {f"k{i:05d}": 1_000_000 + i // 3 for i in range(total)}  # ties broken by key
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda k: store.put(stamped(checkpoint(k), saved[k]), key=k), saved))
+    expected = sorted(saved, key=lambda k: (-saved[k], k))
+    assert [s.key for s in store.list(limit=100)] == expected[:100]
+
+    stop = threading.Event()
+
+    written: list[str] = []
+
+    def writer() -> None:
+        while not stop.wait(0.01):
+            key = f"new{len(written)}"
+            store.put(stamped(checkpoint(key), 2_000_000 + len(written)), key=key)
+            written.append(key)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        seen = [s.key for s in store.iter_summaries(page_size=1000) if not s.key.startswith("new")]
+    finally:
+        stop.set()
+        thread.join()
+    assert seen == expected
+    assert written, "the writer added nothing while the pages were read"
+
+
+HOSTILE = [
+    "../../outside",
+    "/leading/slash",
+    "a//double",
+    "%2e%2e%2f",
+    "index/00000000000000000_x!y.z",
+    "*",
+    "[a-z]?",
+    "{hash}:tag*",
+    "'; DROP TABLE checkpoints; --",
+    "\\..\\windows",
+    "ü" * 1024,
+]
+
+
+def test_hostile_keys_and_filters_are_plain_strings_that_stay_under_the_root(root: str) -> None:
+    neighbour = root + "-neighbour"
+    before = set(MEMORY.find("/"))
+    with (
+        open_store(f"fsspec+memory://{root}") as store,
+        open_store(f"fsspec+memory://{neighbour}") as other,
+    ):
+        other.put(checkpoint("untouched", principal="*"), key="untouched")
+        for key in HOSTILE:
+            store.put(checkpoint("x", principal=key, agent=key, text=key), key=key)
+        for key in HOSTILE:
+            got = store.get(key)
+            assert got is not None and got.history[0].content == f"{key} 0"
+            assert [s.key for s in store.list(owner=key)] == [key]
+            assert [s.key for s in store.list(agent_id=key)] == [key]
+        assert sorted(s.key for s in store.list(limit=100)) == sorted(HOSTILE)
+        assert store.list(owner="%").items == [] and store.list(agent_id=".*").items == []
+        made = set(MEMORY.find("/")) - before
+        ours = (f"{root}/records/", f"{root}/index/", f"{neighbour}/")
+        assert made and all(path.startswith(ours) for path in made)
+        for key in HOSTILE:
+            assert store.delete(key) is True
+        assert [s.key for s in other.list()] == ["untouched"]
+    remove(neighbour)
+
+
+def test_entries_left_by_a_crash_are_skipped_and_repair_rebuilds_the_index(root: str) -> None:
+    with open_store(f"fsspec+memory://{root}") as store:
+        for i in range(20):
+            store.put(stamped(checkpoint(f"r{i}", principal=f"p{i % 2}"), 1000 + i), key=f"k{i}")
+        expected = [s.key for s in store.list(limit=100)]
+        index = f"{root}/index"
+        stale = sorted(MEMORY.ls(index, detail=False))[-1]  # the oldest record's entry
+        store.put(stamped(checkpoint("moved"), 5000), key=expected[-1])  # its entry moves
+        MEMORY.pipe_file(stale, b"")  # as if the writer had died before deleting the old one
+        assert [s.key for s in store.list(limit=100)] == [expected[-1], *expected[:-1]]
+        backend: FsspecBackend = store.backend  # type: ignore[assignment]
+        assert backend.verify() == {"records": 20, "missing": 0, "stale": 1}
+        MEMORY.rm(index, recursive=True)
+        assert store.list().items == []
+        report = verify_store(store, repair=True)  # what `verify --repair` runs
+        assert len(report.unlisted) == 20 and report.repaired == 20
+        assert backend.verify() == {"records": 20, "missing": 0, "stale": 0}
+        assert [s.key for s in store.list(limit=100)] == [expected[-1], *expected[:-1]]
+        assert [s.key for s in store.list(owner="p1")] == [k for k in expected if int(k[1:]) % 2]
+
+
+class FlakyFilesystem:
+    """fsspec's memory filesystem whose reads fail as a network filesystem's would."""
+
+    def __init__(self, error: Exception) -> None:
+        self.inner = MEMORY
+        self.error = error
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def cat_ranges(self, *args: Any, **kwargs: Any) -> Any:
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (ConnectionResetError("reset by peer"), BackendUnavailableError),
+        (TimeoutError("timed out"), BackendUnavailableError),
+        (PermissionError("forbidden"), BackendError),
+    ],
+)
+def test_filesystem_errors_become_the_library_errors(
+    root: str, error: Exception, kind: type[BackendError]
+) -> None:
+    flaky = FsspecBackend.from_url(f"fsspec+memory://{root}", fs=FlakyFilesystem(error))
+    store = Store(flaky, retry=RetryPolicy(attempts=2, initial=0.01, maximum=0.01))
+    with pytest.raises(kind) as caught:
+        store.head("k")
+    assert type(caught.value) is kind
+    assert (caught.value.backend, caught.value.operation) == ("fsspec", "head")
+    assert caught.value.__cause__ is error

@@ -1,0 +1,469 @@
+"""The S3 backend against a real SeaweedFS server started for the session (moto only as a local
+fallback): the conformance suite, listing at scale, hostile keys, the index's crash recovery,
+and faults between client and server through a TCP proxy."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import botocore.exceptions
+import pytest
+from support.faultproxy import FaultProxy
+from support.seaweed import (
+    ACCESS_KEY,
+    REGION,
+    SECRET_KEY,
+    S3Server,
+    purge,
+)
+
+from agent_checkpoint import Store, open_store
+from agent_checkpoint.backends.s3 import S3Backend
+from agent_checkpoint.errors import BackendError, BackendUnavailableError, ConflictError
+from agent_checkpoint.maintenance import verify_store
+from agent_checkpoint.store import RetryPolicy
+from agent_checkpoint.testing import (
+    ClaimsConformance,
+    EncryptionConformance,
+    StoreConformance,
+    checkpoint,
+    stamped,
+)
+
+BUCKET = "agent-checkpoint-tests"
+
+
+@pytest.fixture(scope="session")
+def client(s3_server: S3Server) -> Any:
+    made = s3_server.client()
+    made.create_bucket(Bucket=BUCKET)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def prefix(client: Any) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    yield name
+    purge(client, BUCKET, name + "/")
+
+
+def s3_store(client: Any, prefix: str, **options: Any) -> Store:
+    return Store(S3Backend.from_url(f"s3://{BUCKET}/{prefix}", client=client), **options)
+
+
+@pytest.fixture
+def store(client: Any, prefix: str) -> Iterator[Store]:
+    with s3_store(client, prefix) as opened:
+        yield opened
+
+
+class TestS3Store(StoreConformance, ClaimsConformance, EncryptionConformance):
+    pass
+
+
+# -- opening -------------------------------------------------------------------------------
+
+
+def test_url_names_endpoint_and_region_and_credentials_come_from_the_environment(
+    s3_server: S3Server, client: Any, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    url = f"s3://{BUCKET}/{prefix}?endpoint_url={s3_server.endpoint_url}&region={REGION}"
+    with open_store(url) as store:
+        store.put(checkpoint("from-url"), key="k")
+    with s3_store(client, prefix) as store:
+        got = store.get("k")
+        assert got is not None and got.run_id == "from-url"
+    client.list_buckets()  # the injected client outlived the store that borrowed it
+
+
+def test_a_missing_bucket_is_a_clear_error_naming_it(client: Any) -> None:
+    backend = S3Backend.from_url("s3://no-such-bucket-here/p", client=client)
+    with pytest.raises(BackendError, match=r"no-such-bucket-here.*create_bucket=True"):
+        Store(backend).get("k")
+
+
+@pytest.mark.parametrize("how", ["option", "url"])
+def test_create_bucket_creates_a_missing_bucket(client: Any, how: str) -> None:
+    bucket = f"created-{uuid.uuid4().hex[:8]}"
+    if how == "option":
+        backend = S3Backend.from_url(f"s3://{bucket}/p", client=client, create_bucket=True)
+    else:
+        backend = S3Backend.from_url(f"s3://{bucket}/p?create_bucket=true", client=client)
+    with Store(backend) as store:
+        store.put(checkpoint(), key="k")
+        assert store.get("k") is not None
+    purge(client, bucket, "")
+    client.delete_bucket(Bucket=bucket)
+
+
+def test_wrong_credentials_are_a_backend_error_not_a_transient_one(s3_server: S3Server) -> None:
+    wrong = s3_server.client(secret_key="not-the-secret")
+    store = Store(S3Backend.from_url(f"s3://{BUCKET}/p", client=wrong))
+    with pytest.raises(BackendError) as caught:
+        store.get("k")
+    assert not isinstance(caught.value, BackendUnavailableError)
+    assert isinstance(caught.value.__cause__, botocore.exceptions.ClientError)
+
+
+# -- listing at scale ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def own_bucket(client: Any) -> Iterator[str]:
+    """A bucket for one test: deleting a bucket is faster than deleting 20,000 objects."""
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=bucket)
+    yield bucket
+    try:
+        client.delete_bucket(Bucket=bucket)  # SeaweedFS drops a non-empty bucket whole
+    except botocore.exceptions.ClientError:
+        purge(client, bucket, "")
+        client.delete_bucket(Bucket=bucket)
+
+
+@pytest.mark.slow
+def test_newest_100_of_10000_and_paging_all_while_a_writer_adds_newer(
+    client: Any, own_bucket: str
+) -> None:
+    store = Store(S3Backend(client, own_bucket, "many"))
+    total = 10_000
+    saved = {f"k{i:05d}": 1_000_000 + i // 3 for i in range(total)}  # ties broken by key
+
+    def put(key: str) -> None:
+        store.put(stamped(checkpoint(key), saved[key]), key=key, create_only=True)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(put, saved))
+    expected = sorted(saved, key=lambda k: (-saved[k], k))
+
+    assert [s.key for s in store.list(limit=100)] == expected[:100]
+
+    stop = threading.Event()
+
+    written: list[str] = []
+
+    def writer() -> None:
+        while not stop.wait(0.01):
+            key = f"new{len(written)}"
+            store.put(stamped(checkpoint(key), 2_000_000 + len(written)), key=key)
+            written.append(key)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        seen: list[str] = []
+        cursor = None
+        while True:
+            page = store.list(limit=1000, cursor=cursor)
+            seen.extend(s.key for s in page if not s.key.startswith("new"))
+            if page.cursor is None:
+                break
+            cursor = page.cursor
+    finally:
+        stop.set()
+        thread.join()
+    assert seen == expected
+    assert written, "the writer added nothing while the pages were read"
+
+
+def test_long_keys_sharing_their_first_bytes_still_list_in_key_order(store: Store) -> None:
+    stem = "shared-" + "ü" * 300
+    keys = [stem + tail for tail in ("b", "a", "c/d", "", "a" * 600)]
+    for key in keys:
+        store.put(stamped(checkpoint("r"), 5000), key=key)
+    store.put(stamped(checkpoint("r"), 5000), key="shared-")
+    assert [s.key for s in store.list()] == sorted([*keys, "shared-"])
+    one_by_one = list(store.iter_summaries(page_size=1))
+    assert [s.key for s in one_by_one] == sorted([*keys, "shared-"])
+    oldest = store.forget_older_than(5001, limit=3)
+    assert (oldest.forgotten, oldest.more) == (3, True)
+    assert [s.key for s in store.list()] == sorted([*keys, "shared-"])[3:]
+
+
+# -- hostile keys ----------------------------------------------------------------------------
+
+HOSTILE = [
+    "../../outside",
+    "/leading/slash",
+    "a//double",
+    "./dot/./segments/..",
+    "%2e%2e%2f",
+    "index/00000000000000000_x!y.z",
+    "records/..",
+    "*",
+    "[a-z]?",
+    "{hash}:tag*",
+    "'; DROP TABLE checkpoints; --",
+    "\\..\\windows",
+    "ü" * 1024,
+]
+
+
+def test_hostile_keys_and_filters_are_plain_strings_that_stay_in_their_prefix(
+    client: Any, prefix: str
+) -> None:
+    neighbour = prefix + "-neighbour"
+    with s3_store(client, prefix) as store, s3_store(client, neighbour) as other:
+        other.put(checkpoint("untouched", principal="*"), key="untouched")
+        for key in HOSTILE:
+            store.put(checkpoint("x", principal=key, agent=key, text=key), key=key)
+        for key in HOSTILE:
+            got = store.get(key)
+            assert got is not None and got.history[0].content == f"{key} 0"
+            assert [s.key for s in store.list(owner=key)] == [key]
+            assert [s.key for s in store.list(agent_id=key)] == [key]
+        assert sorted(s.key for s in store.list(limit=100)) == sorted(HOSTILE)
+        assert store.list(owner="%").items == [] and store.list(agent_id=".*").items == []
+        assert [s.key for s in other.list()] == ["untouched"]
+        for key in HOSTILE:
+            assert store.delete(key) is True
+        assert store.list().items == []
+        assert [s.key for s in other.list()] == ["untouched"]
+    listed = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+    names = [item["Key"] for item in listed.get("Contents", [])]
+    assert names and all(n.startswith(neighbour + "/") for n in names)
+    purge(client, BUCKET, neighbour + "/")
+
+
+# -- conditional writes ----------------------------------------------------------------------
+
+
+def test_sixteen_racing_create_only_puts_have_exactly_one_winner(store: Store) -> None:
+    barrier = threading.Barrier(16)
+    winners: list[int] = []
+    losers: list[int] = []
+
+    def contender(i: int) -> None:
+        barrier.wait()
+        try:
+            store.put(checkpoint(text=f"w{i}"), key="once", create_only=True)
+            winners.append(i)
+        except ConflictError:
+            losers.append(i)
+
+    threads = [threading.Thread(target=contender, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 1 and len(losers) == 15
+    got = store.get("once")
+    assert got is not None and got.history[0].content == f"w{winners[0]} 0"
+    assert [(s.key, s.revision) for s in store.list()] == [("once", 1)]
+
+
+class AwsStyleMissingKey:
+    """Deletes the record just before each If-Match PUT, and answers 404 as AWS does where
+    SeaweedFS answers 412."""
+
+    def __init__(self, client: Any) -> None:
+        self.inner = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def put_object(self, **kwargs: Any) -> Any:
+        if "IfMatch" not in kwargs:
+            return self.inner.put_object(**kwargs)
+        self.inner.delete_object(Bucket=kwargs["Bucket"], Key=kwargs["Key"])
+        error = {"Error": {"Code": "NoSuchKey"}, "ResponseMetadata": {"HTTPStatusCode": 404}}
+        raise botocore.exceptions.ClientError(error, "PutObject")
+
+
+def test_a_key_deleted_under_a_compare_and_swap_conflicts_on_404_too(
+    client: Any, prefix: str
+) -> None:
+    with s3_store(client, prefix) as plain:
+        plain.put(checkpoint(text="one"), key="k")
+        plain.put(checkpoint(text="one"), key="other")
+    with s3_store(AwsStyleMissingKey(client), prefix) as racing:
+        with pytest.raises(ConflictError):
+            racing.put(checkpoint(text="two"), key="k", if_revision=1)
+        assert racing.head("k") is None
+        # without a condition the write goes on: the key starts over
+        assert racing.put(checkpoint(text="three"), key="other").revision == 1
+        assert [s.key for s in racing.list()] == ["other"]
+
+
+# -- the index: stale entries and repair -----------------------------------------------------
+
+
+def index_objects(client: Any, prefix: str) -> list[str]:
+    listed = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/index/")
+    return [item["Key"] for item in listed.get("Contents", [])]
+
+
+def test_entries_left_by_a_crash_are_never_listed(client: Any, prefix: str) -> None:
+    with s3_store(client, prefix) as store:
+        store.put(stamped(checkpoint("a"), 100), key="a")
+        [superseded] = index_objects(client, prefix)
+        store.put(stamped(checkpoint("a"), 200), key="a")
+        before = set(index_objects(client, prefix))
+        store.put(stamped(checkpoint("b"), 150), key="b")
+        [dropped] = set(index_objects(client, prefix)) - before
+        store.delete("b")
+        # as if writers had crashed before deleting the entries their writes made stale
+        client.put_object(Bucket=BUCKET, Key=superseded, Body=b"")
+        client.put_object(Bucket=BUCKET, Key=dropped, Body=b"")
+        assert [(s.key, s.saved_at) for s in store.list()] == [("a", 200)]
+        assert [(s.key, s.saved_at) for s in store.list(since=0, before=300)] == [("a", 200)]
+        assert store.forget_older_than(150).forgotten == 0
+        report = store.backend.verify(repair=True, grace=0)  # type: ignore[attr-defined]
+        assert (report["records"], report["missing"], report["stale"]) == (1, 0, 2)
+        assert len(index_objects(client, prefix)) == 1
+
+
+def test_repair_rebuilds_a_deleted_index(client: Any, prefix: str) -> None:
+    with s3_store(client, prefix) as store:
+        for i in range(30):
+            store.put(stamped(checkpoint(f"r{i}", principal=f"p{i % 3}"), 1000 + i), key=f"k{i}")
+        expected = [s.key for s in store.list(limit=100)]
+        purge(client, BUCKET, f"{prefix}/index/")
+        assert store.list().items == []
+        backend: S3Backend = store.backend  # type: ignore[assignment]
+        assert backend.verify() == {"records": 30, "missing": 30, "stale": 0}
+        report = verify_store(store, repair=True)  # what `verify --repair` runs
+        assert sorted(report.unlisted) == sorted(expected) and report.repaired == 30
+        assert [s.key for s in store.list(limit=100)] == expected
+        assert [s.key for s in store.list(owner="p1", limit=100)] == expected[1::3]
+        assert backend.verify() == {"records": 30, "missing": 0, "stale": 0}
+
+
+# -- faults between client and server ---------------------------------------------------------
+
+
+@pytest.fixture
+def proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
+    p = FaultProxy("127.0.0.1", s3_server.port)
+    yield p
+    p.close()
+
+
+def proxied_store(s3_server: S3Server, proxy: FaultProxy, prefix: str, **options: Any) -> Store:
+    host, port = proxy.address
+    made = s3_server.client(endpoint_url=f"http://{host}:{port}", connect_timeout=2)
+    backend = S3Backend(made, BUCKET, prefix, owns_client=True)
+    return Store(backend, **options)
+
+
+class CountingBackend:
+    """Delegates to a backend, counting the transient faults its saves met before any retry."""
+
+    def __init__(self, backend: Any) -> None:
+        self.inner = backend
+        self.name = backend.name
+        self.transient = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def save(self, record: Any, **options: Any) -> Any:
+        try:
+            return self.inner.save(record, **options)
+        except BackendUnavailableError:
+            self.transient += 1
+            raise
+
+
+@dataclass
+class WriterLoop:
+    """Puts distinct keys (half of them create-only) until stopped, recording each outcome."""
+
+    store: Store
+    acked: dict[str, str] = field(default_factory=dict)
+    failed: list[BaseException] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self, name: str) -> None:
+        i = 0
+        while not self.stop.is_set():
+            key, text = f"{name}-{i}", f"payload {name} {i}"
+            try:
+                self.store.put(checkpoint(key, text=text), key=key, create_only=i % 2 == 0)
+                self.acked[key] = text
+            except Exception as exc:  # every outcome is asserted on below
+                self.failed.append(exc)
+            i += 1
+
+    def during(self, faults: Callable[[], None], writers: int = 3) -> None:
+        threads = [threading.Thread(target=self.run, args=(f"w{n}",)) for n in range(writers)]
+        for t in threads:
+            t.start()
+        try:
+            faults()
+        finally:
+            self.stop.set()
+            for t in threads:
+                t.join(60)
+
+    def acked_after(self, count: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        target = len(self.acked) + count
+        while len(self.acked) < target and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(self.acked) >= target, "the writers made no progress"
+
+
+def test_resets_and_refusals_mid_load_lose_no_acknowledged_write(
+    s3_server: S3Server, proxy: FaultProxy, client: Any, prefix: str
+) -> None:
+    counting = CountingBackend(proxied_store(s3_server, proxy, prefix).backend)
+    loop = WriterLoop(Store(counting))
+
+    def faults() -> None:
+        for _ in range(4):
+            loop.acked_after(30)
+            proxy.reset_all()
+            loop.acked_after(10)
+            with proxy.refusing():
+                time.sleep(0.3)
+        loop.acked_after(30)
+
+    with loop.store:
+        loop.during(faults)
+    assert counting.transient > 0, "the faults never reached the writers"
+    with s3_store(client, prefix) as reader:
+        assert loop.acked
+        for key, text in loop.acked.items():
+            got = reader.get(key)
+            assert got is not None, f"acknowledged write {key!r} was lost"
+            assert got.history[0].content == f"{text} 0"
+        for exc in loop.failed:
+            assert isinstance(exc, BackendUnavailableError), repr(exc)
+            assert (exc.backend, exc.operation) == ("s3", "save")
+            assert str(exc).startswith("s3 save failed")
+        listed = [s.key for s in reader.iter_summaries()]
+        assert set(loop.acked) <= set(listed) and len(listed) == len(set(listed))
+
+
+def test_an_exhausted_retry_budget_raises_the_library_error_with_the_driver_cause(
+    s3_server: S3Server, proxy: FaultProxy, prefix: str
+) -> None:
+    brief = RetryPolicy(attempts=3, initial=0.01, maximum=0.02, deadline=2.0)
+    with proxied_store(s3_server, proxy, prefix, retry=brief) as store:
+        store.put(checkpoint(), key="before")
+        calls: list[tuple[str, Callable[[], object]]] = [
+            ("save", lambda: store.put(checkpoint(), key="during")),
+            ("load", lambda: store.get("before")),
+            ("head", lambda: store.head("before")),
+            ("scan", lambda: store.list()),
+            ("drop", lambda: store.delete("before")),
+        ]
+        with proxy.refusing():
+            for operation, call in calls:
+                with pytest.raises(BackendUnavailableError) as caught:
+                    call()
+                assert (caught.value.backend, caught.value.operation) == ("s3", operation)
+                assert f"s3 {operation} failed" in str(caught.value)
+                assert isinstance(caught.value.__cause__, botocore.exceptions.BotoCoreError)
+        assert store.get("before") is not None
+        assert store.get("during") is None
