@@ -69,6 +69,7 @@ def bodies(url: str, keys: list[str]) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_copy_to_a_network_backend_and_back_is_lossless(
     network_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

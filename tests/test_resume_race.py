@@ -121,6 +121,7 @@ def handled(logdir: Path) -> Counter[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_eight_workers_resume_500_runs_exactly_once(store_url: str, tmp_path: Path) -> None:
     keys = seed_failed_runs(store_url, 500)
     logdir = tmp_path / "logs"
