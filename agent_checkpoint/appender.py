@@ -52,7 +52,8 @@ class Encoded:
     extends: Tail | None  # the tail this write appends to; None for a full write
 
     def body(self) -> bytes:
-        """The assembled bytes (only a full write needs them)."""
+        """The assembled bytes of a full write (``extends`` is None); for an append, the head
+        with only the new segment."""
         before, _, after = self.split.head.partition(GAP)
         return before + self.split.segment + after
 

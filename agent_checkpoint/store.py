@@ -225,11 +225,23 @@ class Store:
             if base is not None:
                 self._check_size(key, encoded.size)
                 summary = _summary(key, encoded.digest, encoded.size)
-                landed = self._call(
-                    lambda: backend.append(
+                attempts = 0
+
+                def append() -> Summary | None:
+                    nonlocal attempts
+                    attempts += 1
+                    done = backend.append(
                         summary, encoded.split, base_revision=base.revision, base_digest=base.digest
                     )
-                )
+                    if done is None and attempts > 1:
+                        # An earlier attempt may have landed before its reply was lost.
+                        stored = backend.load(key)
+                        whole = self._appender.encode(checkpoint, saved_at, None).body()
+                        if stored is not None and stored.body == whole:
+                            return stored.summary
+                    return done
+
+                landed = self._call(append)
                 if landed is not None:
                     self._appender.landed(key, checkpoint, encoded, landed)
                     return landed

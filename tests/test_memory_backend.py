@@ -30,3 +30,29 @@ def test_a_growing_history_is_stored_as_appended_segments() -> None:
         '{"role":"user","content":"m2"}',
     ]
     assert len(segments) == 10 and b"m9" not in head
+
+
+def test_an_append_whose_reply_was_lost_is_recognised_as_landed() -> None:
+    from agent_checkpoint.backends.memory import MemoryBackend
+    from agent_checkpoint.errors import BackendUnavailableError
+    from agent_checkpoint.model import Message, RunCheckpoint
+
+    class LosesOneReply(MemoryBackend):
+        lose = False
+
+        def append(self, *args: object, **kwargs: object) -> object:
+            done = super().append(*args, **kwargs)  # type: ignore[arg-type]
+            if self.lose:
+                self.lose = False
+                raise BackendUnavailableError("reply lost", backend="memory", operation="append")
+            return done
+
+    backend = LosesOneReply()
+    store = Store(backend)
+    first = store.put(RunCheckpoint.new("m", [Message("user", "a")], run_id="r"), key="k")
+    backend.lose = True
+    grown = RunCheckpoint.new("m", [Message("user", "a"), Message("assistant", "b")], run_id="r")
+    summary = store.put(grown, key="k", if_revision=first.revision)
+    assert summary.revision == first.revision + 1  # landed once, no false conflict, no rewrite
+    got = store.get("k")
+    assert got is not None and [m.content for m in got.history] == ["a", "b"]

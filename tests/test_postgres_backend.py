@@ -1,10 +1,12 @@
 """The PostgreSQL backend against the real server: conformance, listing at scale, injection,
-setup and its migration ledger, schema isolation. Fault tests live in test_postgres_faults.py."""
+setup and its migration ledger (and upgrades), histories stored in segments, schema isolation.
+Fault tests live in test_postgres_faults.py."""
 
 from __future__ import annotations
 
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,14 +21,19 @@ from psycopg_pool import ConnectionPool
 from support.postgres_server import unique_schema, with_query
 
 from agent_checkpoint import Store, open_store
+from agent_checkpoint.backends import postgres
 from agent_checkpoint.backends.base import Query, Record, Summary
 from agent_checkpoint.backends.postgres import LEDGER, MIGRATIONS, PostgresBackend
+from agent_checkpoint.backends.segments import Appending, Split, assemble, chain
 from agent_checkpoint.errors import (
     BackendError,
     BackendUnavailableError,
     ConflictError,
     InvalidKeyError,
+    OwnershipConflictError,
+    UnreadableEnvelopeError,
 )
+from agent_checkpoint.model import Message
 from agent_checkpoint.store import NO_RETRY
 from agent_checkpoint.testing import (
     ClaimsConformance,
@@ -318,7 +325,9 @@ def test_schema_and_table_names_are_quoted_not_interpolated(admin: Admin) -> Non
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
             (weird_schema,),
         ).fetchall()
-        assert sorted(t for (t,) in tables) == sorted([weird_table, LEDGER])
+        assert sorted(t for (t,) in tables) == sorted(
+            [weird_table, f"{weird_table}_segments", LEDGER]
+        )
         public = admin.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'public'").fetchone()
         assert public is not None
     finally:
@@ -528,6 +537,16 @@ def test_url_options_name_the_table_and_keywords_override_them(admin: Admin) -> 
         drop_schema(admin, in_url)
 
 
+def test_libpq_options_with_spaces_reach_the_server(schema: str) -> None:
+    url = with_query(POSTGRES_URL, options="-c application_name=ac_probe")
+    with open_pg(schema, url=url) as store:
+        backend = store.backend
+        assert isinstance(backend, PostgresBackend)
+        with backend.pool.connection() as conn:
+            row = conn.execute("SHOW application_name").fetchone()
+        assert row == ("ac_probe",)
+
+
 def test_names_postgres_cannot_hold_are_refused_up_front() -> None:
     for schema, table in [("s", "t" * 49), ("", "t"), ("nul\x00", "t"), ("s", "")]:
         with pytest.raises(InvalidKeyError):
@@ -577,3 +596,247 @@ def test_an_unreachable_database_is_named_in_the_final_error() -> None:
     message = str(caught.value)
     assert message.startswith("postgres setup failed")
     assert 'database "ac_no_such_database" does not exist' in message
+
+
+def test_setup_upgrades_a_store_made_by_the_previous_ledger(
+    admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    previous = MIGRATIONS[:2]  # the steps the library had before history segments
+    with open_pg(schema) as store:
+        with monkeypatch.context() as m:
+            m.setattr(postgres, "MIGRATIONS", previous)
+            store.setup()
+        assert ledger(admin, schema) == [(version, name) for version, name, _ in previous]
+        old = stamped(checkpoint("old", text="before the upgrade"), 1000)
+        body, _ = store.codec.encode(old, "old")
+        admin.execute(  # a record as the previous library stored it
+            sql.SQL(
+                "INSERT INTO {} (key, run_id, saved_at, message_count, size, revision, body) "
+                "VALUES ('old', 'old', 1000, 2, %s, 1, %s)"
+            ).format(sql.Identifier(schema, "agent_checkpoints")),
+            (len(body), body),
+        )
+        with pytest.raises(BackendError, match=r"predates .* store\.setup\(\)"):
+            store.get("old")
+        store.setup()
+        assert ledger(admin, schema) == [(version, name) for version, name, _ in MIGRATIONS]
+        got = store.get("old")
+        assert got is not None and got.history[0].content == "before the upgrade 0"
+        grow(store, 3, key="old")
+        assert segment_rows(admin, schema, "old") == 3
+        store.setup()  # and again: nothing left to apply
+        assert len(ledger(admin, schema)) == len(MIGRATIONS)
+
+
+# -- histories stored in segments -------------------------------------------------------
+
+
+@pytest.fixture
+def store(schema: str) -> Iterator[Store]:
+    with open_pg(schema) as s:
+        s.setup()
+        yield s
+
+
+def grow(
+    store: Store, count: int, *, key: str = "k", principal: str | None = None
+) -> tuple[Message, ...]:
+    """Checkpoint under ``key`` after every message, ``count`` times; the last history."""
+    base = checkpoint("r", principal=principal)
+    history: tuple[Message, ...] = ()
+    for i in range(count):
+        history = (*history, Message("user", f"message {i} " + "x" * 200))
+        store.put(base.evolve(history=history), key=key)
+    return history
+
+
+def segment_rows(admin: Admin, schema: str, key: str | None = None) -> int:
+    table = sql.Identifier(schema, "agent_checkpoints_segments")
+    if key is None:
+        row = admin.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
+    else:
+        query = sql.SQL("SELECT count(*) FROM {} WHERE key = %s").format(table)
+        row = admin.execute(query, (key,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def stored_row(admin: Admin, schema: str, key: str) -> tuple[Any, ...]:
+    row = admin.execute(
+        sql.SQL(
+            "SELECT body, head, digest, segments, size, revision FROM {} WHERE key = %s"
+        ).format(sql.Identifier(schema, "agent_checkpoints")),
+        (key,),
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def snapshot(admin: Admin, schema: str) -> list[Any]:
+    """Every row of the store's two tables, for proving that nothing changed."""
+    return [
+        admin.execute(
+            sql.SQL("SELECT * FROM {} ORDER BY 1, 2").format(sql.Identifier(schema, table))
+        ).fetchall()
+        for table in ("agent_checkpoints", "agent_checkpoints_segments")
+    ]
+
+
+def test_a_growing_history_appends_one_segment_row_per_put_and_compacts(
+    store: Store, admin: Admin, schema: str
+) -> None:
+    assert isinstance(store.backend, Appending)
+    grow(store, 10)
+    assert segment_rows(admin, schema, "k") == 10  # one small row per put, not a rewrite
+    body, head, digest, count, size, revision = stored_row(admin, schema, "k")
+    assert (body, count, revision) == (b"", 10, 10) and digest
+    assert b"message 0" not in head and b"\x00" in head
+    got = store.get_record("k")
+    assert got is not None and got.summary.size == len(got.body) == size
+
+    history = grow(store, PostgresBackend.max_segments + 5)
+    assert segment_rows(admin, schema, "k") == 5  # the 33rd put rewrote it whole, then 4 appends
+    back = store.get("k")
+    assert back is not None and back.history == history
+    assert store.delete("k")
+    assert segment_rows(admin, schema) == 0
+
+
+def test_retention_removes_the_segments_of_a_record(
+    store: Store, admin: Admin, schema: str
+) -> None:
+    grow(store, 5, principal="al")
+    old = store.head("k")
+    time.sleep(0.01)  # the young record is saved in a later millisecond
+    grow(store, 3, key="young")
+    assert old is not None and segment_rows(admin, schema) == 8
+    assert store.forget_older_than(old.saved_at + 1).forgotten == 1
+    assert segment_rows(admin, schema) == segment_rows(admin, schema, "young") == 3
+
+
+def test_a_whole_write_over_a_record_in_segments_removes_its_segments(
+    store: Store, admin: Admin, schema: str
+) -> None:
+    grow(store, 6)
+    stored = store.get_record("k")
+    assert stored is not None
+    store.put_record(stored)  # as copy and migrate write: whole bytes
+    assert segment_rows(admin, schema) == 0
+    assert stored_row(admin, schema, "k") == (stored.body, None, None, None, len(stored.body), 7)
+    again = store.get_record("k")
+    assert again is not None and again.body == stored.body and again.summary.revision == 7
+
+
+def summary(key: str, size: int, *, saved_at: int = 1000, owner: str | None = None) -> Summary:
+    return Summary(key, "run", saved_at, owner, "agent", None, None, 1, size, 0)
+
+
+def split_of(head: bytes, *segments: bytes) -> tuple[Split, int]:
+    """The split whose last segment is ``segments[-1]``, and the assembled size after it."""
+    digest = ""
+    for segment in segments:
+        digest = chain(digest, segment)
+    return Split(head, segments[-1], digest), len(assemble(head, list(segments)))
+
+
+def test_a_whole_write_by_an_older_library_over_a_split_record_reads_back_as_written(
+    store: Store, admin: Admin, schema: str
+) -> None:
+    history = grow(store, 4)
+    replaced = stamped(checkpoint("r", text="written by the previous version"), 5)
+    body, _ = store.codec.encode(replaced, "k")
+    admin.execute(  # the previous library's UPDATE: it knows nothing of head and segments
+        sql.SQL(
+            "UPDATE {} SET body = %s, size = %s, revision = revision + 1 WHERE key = 'k'"
+        ).format(sql.Identifier(schema, "agent_checkpoints")),
+        (body, len(body)),
+    )
+    got = store.get("k")
+    assert got is not None and got.history[0].content == "written by the previous version 0"
+    # The store's tail is stale (the revision moved on): no append, a full write that clears
+    # the old segments.
+    history = (*history, Message("user", "one more"))
+    store.put(checkpoint("r").evolve(history=history), key="k")
+    assert segment_rows(admin, schema) == 1
+    back = store.get("k")
+    assert back is not None and back.history == history
+
+
+def test_an_append_whose_reply_was_lost_is_not_applied_twice(
+    store: Store, admin: Admin, schema: str
+) -> None:
+    backend = store.backend
+    assert isinstance(backend, PostgresBackend)
+    first, size = split_of(b'{"h":[\x00]}', b"1")
+    body = assemble(first.head, [first.segment])
+    assert backend.save_split(Record(summary("k", size), body), first).revision == 1
+    second, size = split_of(b'{"h":[\x00],"n":2}', b"1", b"2")
+    grown = summary("k", size, saved_at=2000)
+    landed = backend.append(grown, second, base_revision=1, base_digest=first.digest)
+    assert landed is not None and (landed.revision, landed.size) == (2, size)
+    before = snapshot(admin, schema)
+    # The retry of the same append, as after a lost reply: refused, and nothing changes.
+    assert backend.append(grown, second, base_revision=1, base_digest=first.digest) is None
+    assert snapshot(admin, schema) == before
+    loaded = backend.load("k")
+    assert loaded is not None and loaded.body == b'{"h":[1,2],"n":2}'
+    assert loaded.summary == landed
+    assert [s.key for s in backend.scan(Query(saved_since=2000))] == ["k"]
+
+
+def test_an_append_applies_only_to_the_record_it_extends(
+    store: Store, admin: Admin, schema: str
+) -> None:
+    backend = store.backend
+    assert isinstance(backend, PostgresBackend)
+    first, size = split_of(b"[\x00]", b"1")
+    second, grown_size = split_of(b"[\x00]", b"1", b"2")
+    grown = summary("k", grown_size)
+    assert backend.append(grown, second, base_revision=1, base_digest=first.digest) is None  # none
+    backend.save(Record(summary("k", 3), b"[1]"))  # whole, not split
+    assert backend.append(grown, second, base_revision=1, base_digest=first.digest) is None
+    backend.save_split(Record(summary("k", size, owner="al"), b"[1]"), first)  # revision 2
+    for revision, digest in ((1, first.digest), (2, chain("", b"other")), (3, first.digest)):
+        assert backend.append(grown, second, base_revision=revision, base_digest=digest) is None
+    before = snapshot(admin, schema)
+    with pytest.raises(OwnershipConflictError):
+        backend.append(
+            summary("k", grown_size, owner="mallory"),
+            second,
+            base_revision=2,
+            base_digest=first.digest,
+        )
+    assert snapshot(admin, schema) == before
+    landed = backend.append(grown, second, base_revision=2, base_digest=first.digest)
+    assert landed is not None and landed.owner == "al" and landed.revision == 3
+    loaded = backend.load("k")
+    assert loaded is not None and loaded.body == b"[1,2]"
+
+
+def test_an_append_to_a_full_record_is_refused(store: Store, admin: Admin, schema: str) -> None:
+    backend = store.backend
+    assert isinstance(backend, PostgresBackend)
+    segments = [str(i).encode() for i in range(backend.max_segments + 1)]
+    split, size = split_of(b"[\x00]", *segments[:1])
+    backend.save_split(Record(summary("k", size), b"[0]"), split)
+    for n in range(2, backend.max_segments + 2):
+        split, size = split_of(b"[\x00]", *segments[:n])
+        base = split_of(b"[\x00]", *segments[: n - 1])[0].digest
+        landed = backend.append(summary("k", size), split, base_revision=n - 1, base_digest=base)
+        assert (landed is not None) == (n <= backend.max_segments)
+    assert segment_rows(admin, schema, "k") == backend.max_segments
+
+
+def test_a_record_missing_a_segment_reads_unreadable_not_shorter(
+    store: Store, admin: Admin, schema: str
+) -> None:
+    grow(store, 3)
+    admin.execute(
+        sql.SQL("DELETE FROM {} WHERE key = 'k' AND seq = 2").format(
+            sql.Identifier(schema, "agent_checkpoints_segments")
+        )
+    )
+    record = store.get_record("k")
+    assert record is not None and b"\x00" in record.body
+    with pytest.raises(UnreadableEnvelopeError):
+        store.get("k")

@@ -1,5 +1,6 @@
 """The Redis backend against the real server: the conformance suite, its key layout and indexes,
-native expiry, and the warning about a server that keeps nothing on disk."""
+histories stored in segments, native expiry, and the warning about a server that keeps nothing
+on disk."""
 
 from __future__ import annotations
 
@@ -21,7 +22,14 @@ from agent_checkpoint import Store, open_store
 from agent_checkpoint.backends.base import Query, Record, Summary
 from agent_checkpoint.backends.memory import MemoryBackend
 from agent_checkpoint.backends.redis import RedisBackend, VolatileRedisWarning
-from agent_checkpoint.errors import InvalidKeyError, UnsupportedOperationError
+from agent_checkpoint.backends.segments import Appending, Split, assemble, chain
+from agent_checkpoint.errors import (
+    InvalidKeyError,
+    OwnershipConflictError,
+    UnreadableEnvelopeError,
+    UnsupportedOperationError,
+)
+from agent_checkpoint.model import Message
 from agent_checkpoint.testing import (
     ClaimsConformance,
     EncryptionConformance,
@@ -304,8 +312,40 @@ def test_expiry_is_refreshed_on_every_key_of_a_record_by_each_write(
         assert store.head("k") is not None
         for filters in ({}, {"owner": "al"}, {"agent_id": "billing"}, {"phase": "llm"}):
             assert [s.key for s in store.list(**filters)] == ["k"]
-        volatile = [k for k in store_keys(client, prefix) if client.ttl(k) > 0]
-        assert volatile == [f"{{{prefix}}}:r:k".encode()]  # the record's only per-record key
+        volatile = sorted(k for k in store_keys(client, prefix) if client.ttl(k) > 0)
+        assert volatile == [f"{{{prefix}}}:{kind}:k".encode() for kind in ("r", "s")]
+
+
+def test_expiry_of_a_record_in_segments_is_refreshed_on_all_its_keys_by_each_append(
+    client: redis.Redis, prefix: str
+) -> None:
+    record, segments = f"{{{prefix}}}:r:k", f"{{{prefix}}}:s:k"
+    with open_store(REDIS_URL, prefix=prefix, ttl=3) as store:
+        started = time.monotonic()
+        base = checkpoint("r", principal="al")
+        history: tuple[Message, ...] = ()
+        for i in range(4):  # a full write, then three appends of one message each
+            history = (*history, Message("user", f"message {i}"))
+            store.put(base.evolve(history=history), key="k")
+        assert client.llen(segments) == 4
+        time.sleep(1.5)
+        history = (*history, Message("user", "message 4"))
+        store.put(base.evolve(history=history), key="k")
+        assert client.llen(segments) == 5  # appended, not rewritten: the old list lives on
+        assert client.pttl(segments) > 2500 and client.pttl(record) > 2500
+        time.sleep(max(0.0, started + 3.5 - time.monotonic()))  # past the first deadline
+        got = store.get("k")
+        assert got is not None and [m.content for m in got.history] == [
+            f"message {i}" for i in range(5)
+        ]
+        assert [s.key for s in store.list(owner="al")] == ["k"]
+    with open_store(REDIS_URL, prefix=prefix) as lasting:  # no ttl: an append makes it all last
+        history = (*history, Message("user", "message 5"))
+        lasting.put(base.evolve(history=history), key="k")  # a full write
+        history = (*history, Message("user", "message 6"))
+        lasting.put(base.evolve(history=history), key="k")  # an append
+        assert client.llen(segments) == 2
+        assert client.ttl(record) == -1 and client.ttl(segments) == -1
 
 
 def test_expired_records_are_never_listed_and_repair_clears_their_index_entries(
@@ -391,3 +431,132 @@ def test_close_releases_a_client_the_store_made_and_leaves_an_injected_one_open(
         assert borrowed.get("k") is not None
     assert injected.ping() and connected()
     injected.close()
+
+
+# -- histories stored in segments --------------------------------------------------------
+
+
+def grow(store: Store, count: int, principal: str | None = None) -> tuple[Message, ...]:
+    """Checkpoint under key "k" after every message, ``count`` times; the last history."""
+    base = checkpoint("r", principal=principal)
+    history: tuple[Message, ...] = ()
+    for i in range(count):
+        history = (*history, Message("user", f"message {i} " + "x" * 200))
+        store.put(base.evolve(history=history), key="k")
+    return history
+
+
+def test_a_growing_history_appends_one_segment_per_put_and_compacts(
+    store: Store, client: redis.Redis, prefix: str
+) -> None:
+    assert isinstance(store.backend, Appending)
+    record, segments = f"{{{prefix}}}:r:k", f"{{{prefix}}}:s:k"
+    grow(store, 10)
+    assert client.llen(segments) == 10  # one small segment per put, not a rewrite
+    fields = client.hgetall(record)
+    assert b"body" not in fields and int(fields[b"segs"]) == 10
+    assert b"message 0" not in fields[b"head"] and b"\x00" in fields[b"head"]
+    assert all(len(s) < 300 for s in client.lrange(segments, 0, -1))
+    got = store.get_record("k")
+    assert got is not None and got.summary.size == len(got.body) == int(fields[b"size"])
+
+    history = grow(store, RedisBackend.max_segments + 5)
+    assert client.llen(segments) == 5  # the 33rd put rewrote it whole, then 4 appends
+    checkpoint_back = store.get("k")
+    assert checkpoint_back is not None and checkpoint_back.history == history
+    assert store.delete("k")
+    assert store_keys(client, prefix) == []  # record, segments and every index entry
+
+
+def test_retention_removes_the_segments_of_a_record(
+    store: Store, client: redis.Redis, prefix: str
+) -> None:
+    grow(store, 5, principal="al")
+    assert client.exists(f"{{{prefix}}}:s:k")
+    assert store.forget_older_than(time.time() * 1000 + 60_000).forgotten == 1
+    assert store_keys(client, prefix) == []
+
+
+def test_a_whole_write_over_a_record_in_segments_removes_its_segments(
+    store: Store, client: redis.Redis, prefix: str
+) -> None:
+    grow(store, 6)
+    stored = store.get_record("k")
+    assert stored is not None
+    store.put_record(stored)  # as copy and migrate write: whole bytes
+    assert not client.exists(f"{{{prefix}}}:s:k")
+    fields = client.hgetall(f"{{{prefix}}}:r:k")
+    assert fields[b"body"] == stored.body and not {b"head", b"dig", b"segs"} & set(fields)
+    again = store.get_record("k")
+    assert again is not None and again.body == stored.body and again.summary.revision == 7
+
+
+def summary(key: str, size: int, *, saved_at: int = 1000, owner: str | None = None) -> Summary:
+    return Summary(key, "run", saved_at, owner, "agent", None, None, 1, size, 0)
+
+
+def split_of(head: bytes, *segments: bytes) -> tuple[Split, int]:
+    """The split whose last segment is ``segments[-1]``, and the assembled size after it."""
+    digest = ""
+    for segment in segments:
+        digest = chain(digest, segment)
+    return Split(head, segments[-1], digest), len(assemble(head, list(segments)))
+
+
+def test_an_append_whose_reply_was_lost_is_not_applied_twice(
+    client: redis.Redis, prefix: str
+) -> None:
+    backend = RedisBackend(client, prefix=prefix)
+    first, size = split_of(b'{"h":[\x00]}', b"1")
+    body = assemble(first.head, [first.segment])
+    assert backend.save_split(Record(summary("k", size), body), first).revision == 1
+    second, size = split_of(b'{"h":[\x00],"n":2}', b"1", b"2")
+    grown = summary("k", size, saved_at=2000)
+    landed = backend.append(grown, second, base_revision=1, base_digest=first.digest)
+    assert landed is not None and (landed.revision, landed.size) == (2, size)
+    snapshot = {k: client.dump(k) for k in store_keys(client, prefix)}
+    # The retry of the same append, as after a lost reply: refused, and nothing changes.
+    assert backend.append(grown, second, base_revision=1, base_digest=first.digest) is None
+    assert {k: client.dump(k) for k in store_keys(client, prefix)} == snapshot
+    loaded = backend.load("k")
+    assert loaded is not None and loaded.body == b'{"h":[1,2],"n":2}'
+    assert loaded.summary == landed
+    assert [s.key for s in backend.scan(Query(saved_since=2000))] == ["k"]
+    assert backend.scan(Query(saved_before=2000)) == []  # the old index entry moved
+
+
+def test_an_append_applies_only_to_the_record_it_extends(client: redis.Redis, prefix: str) -> None:
+    backend = RedisBackend(client, prefix=prefix)
+    first, size = split_of(b"[\x00]", b"1")
+    second, grown_size = split_of(b"[\x00]", b"1", b"2")
+    grown = summary("k", grown_size)
+    assert backend.append(grown, second, base_revision=1, base_digest=first.digest) is None  # none
+    backend.save(Record(summary("k", 3), b"[1]"))  # whole, not split
+    assert backend.append(grown, second, base_revision=1, base_digest=first.digest) is None
+    backend.save_split(Record(summary("k", size, owner="al"), b"[1]"), first)  # revision 2
+    for revision, digest in ((1, first.digest), (2, chain("", b"other")), (3, first.digest)):
+        assert backend.append(grown, second, base_revision=revision, base_digest=digest) is None
+    snapshot = {k: client.dump(k) for k in store_keys(client, prefix)}
+    with pytest.raises(OwnershipConflictError):
+        backend.append(
+            summary("k", grown_size, owner="mallory"),
+            second,
+            base_revision=2,
+            base_digest=first.digest,
+        )
+    assert {k: client.dump(k) for k in store_keys(client, prefix)} == snapshot
+    landed = backend.append(grown, second, base_revision=2, base_digest=first.digest)
+    assert landed is not None and landed.owner == "al" and landed.revision == 3
+    loaded = backend.load("k")
+    assert loaded is not None and loaded.body == b"[1,2]"
+
+
+def test_a_record_missing_a_segment_reads_unreadable_not_shorter(
+    store: Store, client: redis.Redis, prefix: str
+) -> None:
+    grow(store, 3)
+    client.rpop(f"{{{prefix}}}:s:k")
+    record = store.get_record("k")
+    assert record is not None and b"\x00" in record.body
+    with pytest.raises(UnreadableEnvelopeError):
+        store.get("k")

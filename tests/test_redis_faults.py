@@ -74,6 +74,20 @@ class CountingBackend:
             self.transient += 1
             raise
 
+    def save_split(self, record: Any, split: Any, **options: Any) -> Any:
+        try:
+            return self.inner.save_split(record, split, **options)
+        except BackendUnavailableError:
+            self.transient += 1
+            raise
+
+    def append(self, summary: Any, split: Any, **options: Any) -> Any:
+        try:
+            return self.inner.append(summary, split, **options)
+        except BackendUnavailableError:
+            self.transient += 1
+            raise
+
 
 def writer_store(url: str, prefix: str) -> tuple[Store, CountingBackend]:
     counting = CountingBackend(RedisBackend.from_url(url, prefix=prefix))

@@ -1,30 +1,46 @@
 """PostgreSQL: one table of records with an index per listing filter, on psycopg 3 and its pool.
 
 ``setup()`` creates the schema objects by applying ``MIGRATIONS`` in order, each once, recorded
-in the ledger table ``LEDGER`` of the same schema.
+in the ledger table ``LEDGER`` of the same schema (``postgres_schema.py``).
+
+A record stored in segments (``segments.py``) has an empty ``body``, its head in ``head``, its
+digest and segment count in ``digest`` and ``segments``, and its history segments as rows of
+``<table>_segments`` keyed ``(key, seq)``. ``load`` assembles them from one statement (one snapshot); ``append`` is
+one statement, a conditional ``UPDATE`` of the record row plus the ``INSERT`` of the segment,
+so it applies atomically or not at all.
 """
 
 from __future__ import annotations
 
+import select
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
-from psycopg.errors import TransactionRollback, UndefinedTable
+from psycopg.errors import TransactionRollback, UndefinedColumn, UndefinedTable
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from ..errors import BackendError, ConflictError, InvalidKeyError
-from .base import Query, Record, Summary, plan_save, translate_errors
+from .base import Query, Record, Summary, plan_save, resolve_owner, translate_errors
+from .postgres_schema import (
+    LEDGER,
+    MAX_SCHEMA_NAME,
+    MAX_TABLE_NAME,
+    MIGRATIONS,
+    migrate,
+    object_names,
+)
+from .segments import Split, assemble
 
 __all__ = ["DEFAULT_TABLE", "LEDGER", "MIGRATIONS", "PostgresBackend"]
 
 DEFAULT_TABLE = "agent_checkpoints"
-LEDGER = "agent_checkpoint_migrations"
 
 Connection = psycopg.Connection[TupleRow]
 
@@ -32,10 +48,6 @@ Connection = psycopg.Connection[TupleRow]
 # OperationalError subclasses; every other driver error is a bug or a misconfiguration.
 TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, PoolTimeout)
 FATAL: tuple[type[BaseException], ...] = (psycopg.Error,)
-
-# Index names are derived from the table name, so it must leave room under NAMEDATALEN (63).
-MAX_TABLE_NAME = 48
-MAX_SCHEMA_NAME = 63
 
 _COLUMNS = (
     "key",
@@ -50,48 +62,12 @@ _COLUMNS = (
     "revision",
 )
 
-MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
-    (
-        1,
-        "records table",
-        (
-            # COLLATE "C": keys order by code point, as Python sorts str, whatever the database
-            # locale, so keyset cursors agree with every other backend.
-            """CREATE TABLE IF NOT EXISTS {table} (
-                key text COLLATE "C" PRIMARY KEY,
-                run_id text NOT NULL,
-                saved_at bigint NOT NULL,
-                owner text,
-                agent_id text,
-                failure_phase text,
-                failure_iteration bigint,
-                message_count bigint NOT NULL,
-                size bigint NOT NULL,
-                revision bigint NOT NULL,
-                body bytea NOT NULL
-            )""",
-        ),
-    ),
-    (
-        2,
-        "listing indexes",
-        (
-            # Plain CREATE INDEX: steps run inside a transaction, where CONCURRENTLY is refused.
-            "CREATE INDEX IF NOT EXISTS {newest_idx} ON {table} (saved_at DESC, key)",
-            "CREATE INDEX IF NOT EXISTS {oldest_idx} ON {table} (saved_at, key)",
-            "CREATE INDEX IF NOT EXISTS {owner_idx} ON {table} (owner, saved_at DESC, key)",
-            "CREATE INDEX IF NOT EXISTS {agent_idx} ON {table} (agent_id, saved_at DESC, key)",
-            "CREATE INDEX IF NOT EXISTS {failed_idx} ON {table} (saved_at DESC, key)"
-            " WHERE failure_phase IS NOT NULL",
-        ),
-    ),
-)
-
 _URL_OPTIONS = ("schema", "table", "min_size", "max_size", "pool_timeout")
 
 
 class PostgresBackend:
     name = "postgres"
+    max_segments = 32
 
     def __init__(
         self,
@@ -110,28 +86,63 @@ class PostgresBackend:
         self._closed = False
         self._siblings: dict[str, PostgresBackend] = {}
         self._siblings_lock = threading.Lock()
-        t = sql.Identifier(schema, table)
-        self._names = {
-            "table": t,
-            **{
-                f"{n}_idx": sql.Identifier(f"{table}_{n}_idx")
-                for n in ("newest", "oldest", "owner", "agent", "failed")
-            },
-        }
-        self._ledger = sql.Identifier(schema, LEDGER)
+        self._names = object_names(schema, table)
+        t, segs = self._names["table"], self._names["segments"]
         cols = sql.SQL(", ").join(map(sql.Identifier, _COLUMNS))
         self._cols = cols
         self._head = sql.SQL("SELECT {} FROM {} WHERE key = %s").format(cols, t)
-        self._lock_row = self._head + sql.SQL(" FOR UPDATE")
-        self._load = sql.SQL("SELECT {}, body FROM {} WHERE key = %s").format(cols, t)
-        self._insert = sql.SQL(
-            "INSERT INTO {} ({}, body) VALUES ({}) ON CONFLICT (key) DO NOTHING"
-        ).format(t, cols, sql.SQL(", ").join([sql.Placeholder()] * (len(_COLUMNS) + 1)))
-        self._update = sql.SQL("UPDATE {} SET ({}, body) = ({}) WHERE key = %s").format(
-            t,
-            sql.SQL(", ").join(map(sql.Identifier, _COLUMNS[1:])),
-            sql.SQL(", ").join([sql.Placeholder()] * len(_COLUMNS)),
+        self._lock_row = sql.SQL("SELECT {}, segments FROM {} WHERE key = %s FOR UPDATE").format(
+            cols, t
         )
+        # One statement, so one snapshot: the head and its segments always belong together.
+        self._load = sql.SQL(
+            "SELECT {}, body, head, segments, CASE WHEN octet_length(t.body) > 0 THEN NULL "
+            "ELSE ARRAY(SELECT s.data FROM {} s WHERE s.key = t.key ORDER BY s.seq) END "
+            "FROM {} t WHERE t.key = %s"
+        ).format(cols, segs, t)
+        written = (*_COLUMNS[1:], "body", "head", "digest", "segments")
+        self._insert = sql.SQL(
+            "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (key) DO NOTHING"
+        ).format(
+            t,
+            sql.SQL(", ").join(map(sql.Identifier, ("key", *written))),
+            sql.SQL(", ").join([sql.Placeholder()] * (len(written) + 1)),
+        )
+        self._update = sql.SQL("UPDATE {} SET ({}) = ({}) WHERE key = %s").format(
+            t,
+            sql.SQL(", ").join(map(sql.Identifier, written)),
+            sql.SQL(", ").join([sql.Placeholder()] * len(written)),
+        )
+        self._clear_segments = sql.SQL("DELETE FROM {} WHERE key = %s").format(segs)
+        self._add_segment = sql.SQL("INSERT INTO {} (key, seq, data) VALUES (%s, 0, %s)").format(
+            segs
+        )
+        # The whole append, checks included, as one statement: the UPDATE's WHERE is the
+        # compare-and-swap (re-checked on the newest row version under its row lock), and the
+        # segment is inserted only for the row it updated.
+        self._append = sql.SQL(
+            """WITH grown AS (
+                UPDATE {t} SET run_id = %(run_id)s, saved_at = %(saved_at)s,
+                    owner = COALESCE(owner, %(owner)s::text), agent_id = %(agent_id)s,
+                    failure_phase = %(failure_phase)s,
+                    failure_iteration = %(failure_iteration)s,
+                    message_count = %(message_count)s, size = %(size)s,
+                    revision = revision + 1, head = %(head)s, digest = %(digest)s,
+                    segments = segments + 1
+                WHERE key = %(key)s AND revision = %(base_revision)s
+                    AND digest = %(base_digest)s AND segments < %(max_segments)s
+                    AND octet_length(body) = 0
+                    AND (owner IS NULL OR %(owner)s::text IS NULL OR owner = %(owner)s::text)
+                RETURNING key, segments - 1 AS seq, revision, owner
+            ), added AS (
+                INSERT INTO {segs} (key, seq, data) SELECT key, seq, %(segment)s FROM grown
+            )
+            SELECT revision, owner FROM grown"""
+        ).format(t=t, segs=segs)
+        self._split_state = sql.SQL(
+            "SELECT revision, digest, segments, owner FROM {} WHERE key = %s "
+            "AND octet_length(body) = 0"
+        ).format(t)
         self._delete = sql.SQL("DELETE FROM {} WHERE key = %s").format(t)
         self._delete_at = self._delete + sql.SQL(" AND revision = %s")
         self._revision = sql.SQL("SELECT revision FROM {} WHERE key = %s").format(t)
@@ -153,7 +164,8 @@ class PostgresBackend:
         params = parse_qsl(parts.query, keep_blank_values=True)
         ours = {k: v for k, v in params if k in _URL_OPTIONS}
         libpq = [(k, v) for k, v in params if k not in _URL_OPTIONS]
-        conninfo = urlunsplit(parts._replace(query=urlencode(libpq)))
+        # quote, not quote_plus: libpq reads '+' literally (options=-c%20name%3Dvalue).
+        conninfo = urlunsplit(parts._replace(query=urlencode(libpq, quote_via=quote)))
         schema = schema if schema is not None else ours.get("schema", "public")
         table = table if table is not None else ours.get("table", DEFAULT_TABLE)
         _check_name("schema", schema, MAX_SCHEMA_NAME)
@@ -173,7 +185,7 @@ class PostgresBackend:
             timeout=pool_timeout
             if pool_timeout is not None
             else float(ours.get("pool_timeout", 5)),
-            check=ConnectionPool.check_connection,
+            check=_check_connection,
             open=False,
             name="agent-checkpoint",
         )
@@ -183,65 +195,26 @@ class PostgresBackend:
     # -- schema --------------------------------------------------------------------------
 
     def setup(self) -> None:
-        lock = sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))")
-        lock_key = f"agent_checkpoint setup {self.schema}"
+        """Create the schema, the table and everything else ``MIGRATIONS`` lists; idempotent,
+        and brings a store made by an older library up to date."""
         with self._connection("setup") as conn:
-            # One advisory lock per schema serialises concurrent setups, schema creation included.
-            with conn.transaction():
-                conn.execute(lock, (lock_key,))
-                found = conn.execute(
-                    "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)
-                )
-                if found.fetchone() is None:
-                    conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(self.schema)))
-                conn.execute(
-                    sql.SQL(
-                        "CREATE TABLE IF NOT EXISTS {} (table_name text NOT NULL, "
-                        "version integer NOT NULL, name text NOT NULL, "
-                        "applied_at timestamptz NOT NULL DEFAULT now(), "
-                        "PRIMARY KEY (table_name, version))"
-                    ).format(self._ledger)
-                )
-                newest = conn.execute(
-                    sql.SQL("SELECT max(version) FROM {} WHERE table_name = %s").format(
-                        self._ledger
-                    ),
-                    (self.table,),
-                ).fetchone()
-            latest = MIGRATIONS[-1][0]
-            if newest is not None and newest[0] is not None and newest[0] > latest:
-                raise BackendError(
-                    f"postgres setup refused: {self._where} is at schema version {newest[0]}, "
-                    f"newer than this agent-checkpoint knows ({latest}); upgrade the library",
-                    backend=self.name,
-                    operation="setup",
-                )
-            for version, title, statements in MIGRATIONS:
-                with conn.transaction():
-                    conn.execute(lock, (lock_key,))
-                    applied = conn.execute(
-                        sql.SQL("SELECT 1 FROM {} WHERE table_name = %s AND version = %s").format(
-                            self._ledger
-                        ),
-                        (self.table, version),
-                    ).fetchone()
-                    if applied is not None:
-                        continue
-                    for statement in statements:
-                        conn.execute(sql.SQL(statement).format(**self._names))
-                    conn.execute(
-                        sql.SQL(
-                            "INSERT INTO {} (table_name, version, name) VALUES (%s, %s, %s)"
-                        ).format(self._ledger),
-                        (self.table, version, title),
-                    )
+            migrate(conn, self.schema, self.table, MIGRATIONS, self._names)
 
     # -- records -------------------------------------------------------------------------
 
     def load(self, key: str) -> Record | None:
         with self._connection("load") as conn:
             row = conn.execute(self._load, (key,), binary=True).fetchone()
-        return None if row is None else Record(Summary(*row[:-1]), bytes(row[-1]))
+        if row is None:
+            return None
+        n = len(_COLUMNS)
+        body, head, count, segments = bytes(row[n]), row[n + 1], row[n + 2], row[n + 3]
+        if not body and head is not None:
+            if count is not None and segments is not None and len(segments) == count:
+                body = assemble(bytes(head), [bytes(s) for s in segments])
+            else:
+                body = bytes(head)  # a lost segment: the head alone reads unreadable
+        return Record(Summary(*row[:n]), body)
 
     def head(self, key: str) -> Summary | None:
         with self._connection("head") as conn:
@@ -251,12 +224,31 @@ class PostgresBackend:
     def save(
         self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
     ) -> Summary:
+        return self._save(record, None, expect_revision, create_only)
+
+    def save_split(
+        self,
+        record: Record,
+        split: Split,
+        *,
+        expect_revision: int | None = None,
+        create_only: bool = False,
+    ) -> Summary:
+        return self._save(record, split, expect_revision, create_only)
+
+    def _save(
+        self, record: Record, split: Split | None, expect_revision: int | None, create_only: bool
+    ) -> Summary:
+        key = record.key
+        stored: tuple[bytes, bytes | None, str | None, int | None] = (
+            (record.body, None, None, None) if split is None else (b"", split.head, split.digest, 1)
+        )
         with self._connection("save") as conn, conn.transaction():
             # Two rounds: an INSERT that meets a key created since our read (ON CONFLICT DO
             # NOTHING waits for the creator to commit) reads it again, now locked.
             for _ in range(2):
-                row = conn.execute(self._lock_row, (record.key,)).fetchone()
-                current = None if row is None else Summary(*row)
+                row = conn.execute(self._lock_row, (key,)).fetchone()
+                current = None if row is None else Summary(*row[:-1])
                 summary = plan_save(
                     current, record, expect_revision=expect_revision, create_only=create_only
                 )
@@ -270,18 +262,57 @@ class PostgresBackend:
                     summary.message_count,
                     summary.size,
                     summary.revision,
-                    record.body,
+                    *stored,
                 )
                 if current is not None:
-                    conn.execute(self._update, (*values, record.key))
-                    return summary
-                if conn.execute(self._insert, (record.key, *values)).rowcount == 1:
-                    return summary
+                    if row is not None and row[-1] is not None:
+                        conn.execute(self._clear_segments, (key,))
+                    conn.execute(self._update, (*values, key))
+                elif conn.execute(self._insert, (key, *values)).rowcount != 1:
+                    continue
+                if split is not None:
+                    conn.execute(self._add_segment, (key, split.segment))
+                return summary
         raise ConflictError(
-            f"key {record.key!r} was created and deleted by others while this write ran; "
+            f"key {key!r} was created and deleted by others while this write ran; "
             "nothing was written",
-            key=record.key,
+            key=key,
         )
+
+    def append(
+        self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
+    ) -> Summary | None:
+        params = {
+            "key": summary.key,
+            "run_id": summary.run_id,
+            "saved_at": summary.saved_at,
+            "owner": summary.owner,
+            "agent_id": summary.agent_id,
+            "failure_phase": summary.failure_phase,
+            "failure_iteration": summary.failure_iteration,
+            "message_count": summary.message_count,
+            "size": summary.size,
+            "head": split.head,
+            "digest": split.digest,
+            "segment": split.segment,
+            "base_revision": base_revision,
+            "base_digest": base_digest,
+            "max_segments": self.max_segments,
+        }
+        with self._connection("append") as conn:
+            row = conn.execute(self._append, params).fetchone()
+            if row is not None:
+                return replace(summary, revision=row[0], owner=row[1])
+            # Nothing changed. Say why only when the owner alone refused it, as save would.
+            state = conn.execute(self._split_state, (summary.key,)).fetchone()
+        if (
+            state is not None
+            and state[:2] == (base_revision, base_digest)
+            and state[2] is not None
+            and state[2] < self.max_segments
+        ):
+            resolve_owner(summary.key, state[3], summary.owner)  # raises: it was the owner
+        return None
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         with self._connection("drop") as conn:
@@ -405,13 +436,32 @@ class PostgresBackend:
                     backend=self.name,
                     operation=operation,
                 ) from exc
-            except UndefinedTable as exc:
+            except (UndefinedTable, UndefinedColumn) as exc:
+                older = isinstance(exc, UndefinedColumn) or f'{self.table}_segments"' in str(exc)
+                missing = (
+                    "predates this library's schema; upgrade it"
+                    if older
+                    else "does not exist; create it once"
+                )
                 raise BackendError(
-                    f"postgres {operation} failed: {self._where} does not exist; create it once "
+                    f"postgres {operation} failed: {self._where} {missing} "
                     "with store.setup() (or `agent-checkpoint setup --store URL`)",
                     backend=self.name,
                     operation=operation,
                 ) from exc
+
+
+def _check_connection(conn: Connection) -> None:
+    """The pool's check of a connection before handing it out, without a round trip when it
+    can tell: an idle, healthy session has nothing to read, while one the server or the network
+    reset (or the server is shutting down) has an error or end-of-file waiting on its socket,
+    and only then is it probed (and discarded when the probe fails). A session whose peer
+    vanished silently fails at its next use, as a transient fault the Store retries."""
+    if conn.closed:
+        raise psycopg.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        ConnectionPool.check_connection(conn)
 
 
 def _check_name(what: str, value: str, limit: int) -> None:

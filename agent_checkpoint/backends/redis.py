@@ -3,15 +3,19 @@
 Layout, for prefix ``P`` (all keys share the hash tag ``{P}``, so one store is one cluster slot;
 shard across nodes with several prefixes):
 
-- ``{P}:r:<key>``: hash of one record: ``body`` plus its summary fields and its index positions.
+- ``{P}:r:<key>``: hash of one record: its summary fields and its index positions, plus either
+  ``body`` (a whole record) or, for a record stored in segments (``segments.py``), ``head``,
+  ``dig`` (the segments' digest) and ``segs`` (how many there are).
+- ``{P}:s:<key>``: list of a split record's history segments, in order.
 - ``{P}:new``, ``{P}:o:<owner>``, ``{P}:a:<agent>``, ``{P}:f``, ``{P}:p:<phase>``: sorted sets,
   score 0, members ``<17 digits: OFFSET - 1 - saved_at>:<key>``, so lexicographic order is
   (saved_at DESC, key ASC) and a keyset position is a ZRANGEBYLEX bound.
 - ``{P}:old``: the same with ``<17 digits: saved_at + OFFSET>:<key>`` for oldest first.
 - ``{P}:ix``: names of the per-owner, per-agent and per-phase indexes, for ``repair``.
 
-With ``ttl`` the record hash (the only per-record key) gets a fresh expiry on every write; index
-members of expired records are skipped and removed when a scan meets them, or by ``repair``.
+With ``ttl`` every write gives each per-record key (the hash, and the segment list of a split
+record) the same fresh expiry; index members of expired records are skipped and removed when a
+scan meets them, or by ``repair``. The scripts live in ``redis_scripts.py``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from ..errors import (
     UnsupportedOperationError,
 )
 from .base import Query, Record, Summary, is_after, matches, translate_errors
+from .redis_scripts import DROP, LOAD, PAGE, WRITE
+from .segments import Split, assemble
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend", "VolatileRedisWarning"]
 
@@ -55,113 +61,9 @@ class VolatileRedisWarning(RuntimeWarning):
     """The Redis server keeps no data on disk: a restart loses every checkpoint."""
 
 
-# Shared by save and drop: remove the index members of the summary stored now, where ``cur``
-# is HMGET rev own sn so agent phase. Index keys are built from the store's base, so they sit in
-# the record's slot (undeclared same-slot keys are allowed for scripts without a shebang).
-_UNINDEX = """
-local base = ARGV[1]
-local function forget(ix, n)
-  redis.call("ZREM", ix, n)
-  if redis.call("EXISTS", ix) == 0 then redis.call("SREM", base .. "ix", ix) end
-end
-local function unindex(cur, key)
-  local n = cur[3] .. ":" .. key
-  redis.call("ZREM", base .. "new", n)
-  redis.call("ZREM", base .. "old", cur[4] .. ":" .. key)
-  if cur[2] then forget(base .. "o:" .. cur[2], n) end
-  if cur[5] then forget(base .. "a:" .. cur[5], n) end
-  if cur[6] then
-    redis.call("ZREM", base .. "f", n)
-    forget(base .. "p:" .. cur[6], n)
-  end
-end
-"""
-
-# plan_save's rules, in its order: create_only, then the expected revision, then the owner.
-_SAVE = (
-    _UNINDEX
-    + """
-local rec, key = KEYS[1], ARGV[2]
-local cur = redis.call("HMGET", rec, "rev", "own", "sn", "so", "agent", "phase")
-local rev = cur[1]
-if rev and ARGV[3] == "1" then return {"exists", rev} end
-if ARGV[4] ~= "" and rev ~= ARGV[4] then return {"revision", rev} end
-local function opt(s) if s == "" then return false end return string.sub(s, 2) end
-local owner, agent, phase, iter = opt(ARGV[8]), opt(ARGV[9]), opt(ARGV[10]), opt(ARGV[14])
-if cur[2] and owner and owner ~= cur[2] then return {"owner", cur[2]} end
-owner = cur[2] or owner
-if rev then
-  unindex(cur, key)
-  redis.call("DEL", rec)
-end
-local newrev = rev and tonumber(rev) + 1 or 1
-local sn, so = ARGV[6], ARGV[7]
-local f = {"body", ARGV[5], "sn", sn, "so", so, "run", ARGV[11], "at", ARGV[12],
-  "msgs", ARGV[13], "size", string.len(ARGV[5]), "rev", string.format("%d", newrev)}
-if owner then table.insert(f, "own"); table.insert(f, owner) end
-if agent then table.insert(f, "agent"); table.insert(f, agent) end
-if phase then table.insert(f, "phase"); table.insert(f, phase) end
-if iter then table.insert(f, "iter"); table.insert(f, iter) end
-redis.call("HSET", rec, unpack(f))
-if tonumber(ARGV[15]) > 0 then redis.call("PEXPIRE", rec, ARGV[15]) end
-local n = sn .. ":" .. key
-redis.call("ZADD", base .. "new", 0, n)
-redis.call("ZADD", base .. "old", 0, so .. ":" .. key)
-local function add(ix) redis.call("ZADD", ix, 0, n); redis.call("SADD", base .. "ix", ix) end
-if owner then add(base .. "o:" .. owner) end
-if agent then add(base .. "a:" .. agent) end
-if phase then redis.call("ZADD", base .. "f", 0, n); add(base .. "p:" .. phase) end
-return {"ok", newrev, owner}
-"""
-)
-
-_DROP = (
-    _UNINDEX
-    + """
-local cur = redis.call("HMGET", KEYS[1], "rev", "own", "sn", "so", "agent", "phase")
-if not cur[1] then return {"missing"} end
-if ARGV[3] ~= "" and cur[1] ~= ARGV[3] then return {"revision", cur[1]} end
-unindex(cur, ARGV[2])
-redis.call("DEL", KEYS[1])
-return {"dropped"}
-"""
-)
-
-# One batch of an index, checked against the records in the same atomic step: a member whose
-# record is gone (expired) or no longer matches that index is removed, never returned.
-# ARGV: base, min, max, count, position field (sn|so), column to check (0: none), wanted value
-# ("" only that the column is set, "=v" that it equals v).
-_PAGE = """
-local base = ARGV[1]
-local col, want = tonumber(ARGV[6]), ARGV[7]
-local members = redis.call("ZRANGEBYLEX", KEYS[1], ARGV[2], ARGV[3], "LIMIT", 0, ARGV[4])
-local out = {members[#members] or false, 0}
-for _, m in ipairs(members) do
-  local sep = string.find(m, ":", 1, true)
-  local key = string.sub(m, sep + 1)
-  local row = redis.call("HMGET", base .. "r:" .. key, ARGV[5], "run", "at", "own", "agent",
-    "phase", "iter", "msgs", "size", "rev")
-  local live = row[1] == string.sub(m, 1, sep - 1)
-  if live and col > 0 then
-    if want == "" then live = row[col] ~= false else live = row[col] == string.sub(want, 2) end
-  end
-  if live then
-    row[1] = key
-    table.insert(out, row)
-  else
-    redis.call("ZREM", KEYS[1], m)
-    out[2] = out[2] + 1
-  end
-end
-if want ~= "" and redis.call("EXISTS", KEYS[1]) == 0 then
-  redis.call("SREM", base .. "ix", KEYS[1])
-end
-return out
-"""
-
-
 class RedisBackend:
     name = "redis"
+    max_segments = 32
 
     def __init__(
         self,
@@ -186,9 +88,10 @@ class RedisBackend:
         self.prefix = prefix
         self.ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
         self._base = f"{{{prefix}}}:"
-        self._save = client.register_script(_SAVE)
-        self._drop = client.register_script(_DROP)
-        self._page = client.register_script(_PAGE)
+        self._write = client.register_script(WRITE)
+        self._drop = client.register_script(DROP)
+        self._load = client.register_script(LOAD)
+        self._page = client.register_script(PAGE)
         self._checked = False
         self._check_lock = threading.Lock()
         self._siblings: dict[str, RedisBackend] = {}
@@ -219,10 +122,18 @@ class RedisBackend:
 
     def load(self, key: str) -> Record | None:
         with self._errors("load"):
-            row: list[Any] = self._client.hmget(self._record_key(key), ["body", *FIELDS])
-        if row[0] is None:
+            reply: list[Any] = self._load(self._keys(key))
+        row = reply[0]
+        body, head, count = row[:3]
+        if head is not None:
+            segments: list[bytes] = reply[1]
+            if count is None or int(count) != len(segments):
+                body = head  # a lost segment: the head alone does not decode (unreadable)
+            else:
+                body = assemble(head, segments)
+        if body is None:
             return None
-        return Record(_summary(key, row[1:]), row[0])
+        return Record(_summary(key, row[3:]), body)
 
     def head(self, key: str) -> Summary | None:
         with self._errors("head"):
@@ -232,18 +143,53 @@ class RedisBackend:
     def save(
         self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
     ) -> Summary:
-        s = record.summary
+        args = self._args(record.summary, "save", create_only, expect_revision, record.body)
+        return self._saved(record.summary, "save", args, expect_revision, len(record.body))
+
+    def save_split(
+        self,
+        record: Record,
+        split: Split,
+        *,
+        expect_revision: int | None = None,
+        create_only: bool = False,
+    ) -> Summary:
+        size = len(record.body)
+        args = self._args(record.summary, "split", create_only, expect_revision, split.head)
+        args += [split.segment, split.digest, str(size)]
+        return self._saved(record.summary, "save", args, expect_revision, size)
+
+    def append(
+        self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
+    ) -> Summary | None:
+        args = self._args(summary, "append", False, base_revision, split.head)
+        args += [split.segment, split.digest, str(summary.size), base_digest, self.max_segments]
+        with self._errors("append"):
+            reply = self._write(self._keys(summary.key), args)
+        if reply[0] == b"stale":
+            return None
+        return self._outcome(summary, reply, base_revision, summary.size)
+
+    def _args(
+        self,
+        s: Summary,
+        mode: str,
+        create_only: bool,
+        revision: int | None,
+        body: bytes,
+    ) -> list[Any]:
         if not -SAVED_AT_LIMIT <= s.saved_at <= SAVED_AT_LIMIT:
             raise UnsupportedOperationError(
                 f"record {s.key!r} has savedAt {s.saved_at}; the redis store orders values "
                 f"within ±{SAVED_AT_LIMIT} ms of the epoch"
             )
-        args = [
+        return [
             self._base,
             s.key,
+            mode,
             "1" if create_only else "0",
-            "" if expect_revision is None else str(expect_revision),
-            record.body,
+            "" if revision is None else str(revision),
+            body,
             _newest(s.saved_at),
             _oldest(s.saved_at),
             _opt(s.owner),
@@ -255,13 +201,20 @@ class RedisBackend:
             _opt(None if s.failure_iteration is None else str(s.failure_iteration)),
             str(self.ttl_ms),
         ]
-        keys = [self._record_key(s.key), self._base + "new", self._base + "old"]
-        with self._errors("save"):
-            reply = self._save(keys, args)
+
+    def _saved(
+        self, s: Summary, operation: str, args: list[Any], expected: int | None, size: int
+    ) -> Summary:
+        with self._errors(operation):
+            reply = self._write(self._keys(s.key), args)
+        return self._outcome(s, reply, expected, size)
+
+    def _outcome(self, s: Summary, reply: list[Any], expected: int | None, size: int) -> Summary:
+        """The stored summary for an "ok" reply of the write script; the refusal otherwise."""
         status = reply[0].decode()
         if status == "ok":
             owner = None if reply[2] is None else reply[2].decode()
-            return replace(s, owner=owner, revision=int(reply[1]), size=len(record.body))
+            return replace(s, owner=owner, revision=int(reply[1]), size=size)
         if status == "owner":
             stored = reply[1].decode()
             raise OwnershipConflictError(
@@ -280,16 +233,16 @@ class RedisBackend:
             )
         shown = "no record" if found is None else f"revision {found}"
         raise ConflictError(
-            f"key {s.key!r} is at {shown}, not revision {expect_revision}; the write was refused",
+            f"key {s.key!r} is at {shown}, not revision {expected}; the write was refused",
             key=s.key,
-            expected=expect_revision,
+            expected=expected,
             found=found,
         )
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         expected = "" if expect_revision is None else str(expect_revision)
         with self._errors("drop"):
-            reply = self._drop([self._record_key(key)], [self._base, key, expected])
+            reply = self._drop(self._keys(key), [self._base, key, expected])
         status: str = reply[0].decode()
         if status == "missing" and expect_revision is not None:
             raise ConflictError(f"key {key!r} does not exist", key=key)
@@ -356,6 +309,10 @@ class RedisBackend:
 
     def _record_key(self, key: str) -> str:
         return self._base + "r:" + key
+
+    def _keys(self, key: str) -> list[str]:
+        """A record's keys: its hash and its segment list."""
+        return [self._base + "r:" + key, self._base + "s:" + key]
 
     def _errors(self, operation: str) -> AbstractContextManager[None]:
         self._check_durability()
