@@ -152,7 +152,8 @@ def test_a_dead_workers_runs_are_taken_after_its_lease_expires(
     keys = seed_failed_runs(store_url, 12)
     logdir = tmp_path / "logs"
     logdir.mkdir()
-    doomed = start_worker(store_url, "doomed", logdir, "--ttl", "3", "--hang-on-first")
+    # The lease must outlive the "early" worker's whole pass, even on a busy machine.
+    doomed = start_worker(store_url, "doomed", logdir, "--ttl", "15", "--hang-on-first")
     claimed = logdir / "doomed.claimed"
     deadline = time.monotonic() + 60
     while not claimed.exists():
@@ -165,11 +166,13 @@ def test_a_dead_workers_runs_are_taken_after_its_lease_expires(
     # While the dead worker's lease lives, its run is left alone...
     early = start_worker(store_url, "early", logdir, "--ttl", "60")
     out, _ = early.communicate(timeout=300)
+    with open_store(store_url) as store:
+        assert [c.worker for c in store.claims()] == ["doomed"], "lease expired too soon to test"
     assert stolen not in handled(logdir)
     assert set(handled(logdir)) == set(keys) - {stolen}
     with open_store(store_url) as store:
-        assert [c.worker for c in store.claims()] == ["doomed"]
-        time.sleep(max(0.0, (store.claims()[0].expires_at - store.now()) / 1000) + 0.2)
+        [lease] = store.claims()
+        time.sleep(max(0.0, (lease.expires_at - store.now()) / 1000) + 0.2)
     # ...and once it expires, another worker takes it over.
     late = start_worker(store_url, "late", logdir, "--ttl", "60")
     out, err = late.communicate(timeout=300)
