@@ -23,7 +23,13 @@ from agent_checkpoint.errors import (
 )
 from agent_checkpoint.maintenance import verify_store
 from agent_checkpoint.store import RetryPolicy
-from agent_checkpoint.testing import ClaimsConformance, StoreConformance, checkpoint, stamped
+from agent_checkpoint.testing import (
+    ClaimsConformance,
+    EncryptionConformance,
+    StoreConformance,
+    checkpoint,
+    stamped,
+)
 
 MEMORY = fsspec.filesystem("memory")  # one per process: every test takes its own root
 
@@ -48,7 +54,7 @@ def store(root: str) -> Iterator[Store]:
         yield opened
 
 
-class TestFsspecMemoryStore(StoreConformance, ClaimsConformance):
+class TestFsspecMemoryStore(StoreConformance, ClaimsConformance, EncryptionConformance):
     pass
 
 
