@@ -114,7 +114,7 @@ class Appender:
         ).partition(_HOLE)
         assert hole, "the history placeholder must appear once in the envelope"
         head = before + b"[" + GAP + b"]" + after
-        segment = b",".join(orjson.dumps(m) for m in new)
+        segment = orjson.dumps(new)[1:-1]  # the array's contents: messages joined by commas
         if tail is not None:
             history_size = tail.history_size + (1 if tail.history_size and segment else 0)
             history_size += len(segment)

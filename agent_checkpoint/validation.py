@@ -151,7 +151,7 @@ def validate_messages(messages: list[Any], start: int = 0) -> None:
                 "{ role, content }."
             )
         role, content = message.get("role"), message.get("content")
-        if not _is_str(role) or not _is_str(content):
+        if not isinstance(role, str) or not isinstance(content, str):
             shown = "missing" if "content" not in message else js_typeof(content)
             role_type = "undefined" if "role" not in message else js_typeof(role)
             raise _refuse(

@@ -14,11 +14,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import POSTGRES_URL, service_missing
 from psycopg import sql
 from psycopg.errors import UndefinedTable
 from psycopg_pool import ConnectionPool
 from support.postgres_server import unique_schema, with_query
+from support.services import POSTGRES_URL, service_missing
 
 from agent_checkpoint import Store, open_store
 from agent_checkpoint.backends import postgres

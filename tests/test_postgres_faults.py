@@ -11,10 +11,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import POSTGRES_URL, service_missing
 from psycopg import sql
 from support.faultproxy import FaultProxy
 from support.postgres_server import PostgresServer, unique_schema, with_address, with_query
+from support.services import POSTGRES_URL, service_missing
 
 from agent_checkpoint import Store, open_store
 from agent_checkpoint.errors import BackendUnavailableError

@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis
-from conftest import REDIS_URL, service_missing
 from redis.crc import key_slot
 from support.redis_server import RedisServer
+from support.services import REDIS_URL, service_missing
 
 from agent_checkpoint import Store, open_store
 from agent_checkpoint.backends.base import Query, Record, Summary

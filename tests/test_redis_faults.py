@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import REDIS_URL, service_missing
 from support.faultproxy import FaultProxy
 from support.redis_server import RedisServer
+from support.services import REDIS_URL, service_missing
 
 from agent_checkpoint import Store, open_store
 from agent_checkpoint.backends.redis import RedisBackend

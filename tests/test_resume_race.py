@@ -17,9 +17,9 @@ from pathlib import Path
 import psycopg
 import pytest
 import redis
-from conftest import POSTGRES_URL, REDIS_URL, service_missing
 from psycopg import sql
 from support.postgres_server import with_query
+from support.services import POSTGRES_URL, REDIS_URL, service_missing
 
 from agent_checkpoint import open_store
 from agent_checkpoint.testing import checkpoint, stamped

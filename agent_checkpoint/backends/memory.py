@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
 from dataclasses import replace
 from typing import Any
@@ -129,7 +130,7 @@ class MemoryBackend:
                 position = (saved, key) if query.oldest_first else (-saved, key)
                 start = bisect.bisect_right(index, position)
             out: list[Summary] = []
-            for _, key in index[start:]:
+            for _, key in itertools.islice(index, start, None):  # no copy of the whole index
                 summary = self._records[key].summary
                 if is_after(summary, query) and matches(summary, query):
                     out.append(summary)

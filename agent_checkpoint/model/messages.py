@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal
 
 from ._struct import (
@@ -81,7 +82,13 @@ class InjectedBy(Struct):
     )
 
 
-@dataclass(frozen=True, slots=True)
+_PLAIN_KEYS = frozenset(("role", "content"))
+_NO_EXTRA: JsonObject = MappingProxyType({})
+
+
+# Not slotted: the fields' defaults live on the class, so the common plain message is built
+# from its two strings without running __init__ (histories hold thousands of them).
+@dataclass(frozen=True)
 class Message(Struct):
     """One turn of history. ``content`` is always a string; tool-calling turns carry ``""``."""
 
@@ -106,6 +113,32 @@ class Message(Struct):
         Field("ephemeral", "ephemeral", boolean, same),
         Field("injectedBy", "injected_by", part(InjectedBy), encode_part),
     )
+
+    @classmethod
+    def from_json(cls, data: JsonObject) -> Message:
+        if len(data) == 2 and data.keys() == _PLAIN_KEYS:
+            role, content = data["role"], data["content"]
+            if type(role) is str and type(content) is str:
+                message = object.__new__(cls)
+                message.__dict__.update(
+                    role=role, content=content, extra=_NO_EXTRA, key_order=tuple(data)
+                )
+                return message
+        return super().from_json(data)
+
+    def to_json(self) -> dict[str, Json]:
+        if (
+            self.tool_calls is None
+            and self.tool_call_id is None
+            and self.tool_name is None
+            and self.thinking_blocks is None
+            and self.ephemeral is None
+            and self.injected_by is None
+            and not self.extra
+            and self.key_order != ("content", "role")
+        ):
+            return {"role": self.role, "content": self.content}
+        return super().to_json()
 
 
 def message_json(message: Message | JsonObject) -> dict[str, Json]:
