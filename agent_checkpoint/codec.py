@@ -8,6 +8,7 @@ backend indexes (owner, agent, failure point, message count) from the envelope o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,8 @@ from .model import Json
 from .validation import check_writable
 
 __all__ = ["Codec", "Digest", "digest_of"]
+
+_OBJECT_START = re.compile(rb"[ \t\r\n]*\{")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +117,8 @@ class Codec:
 
     def _upgraded(self, body: bytes, key: str | None) -> dict[str, Json]:
         body = self.sealer.open(body, key)
+        if not _OBJECT_START.match(body):  # not an object: no need to parse (or copy) it all
+            raise unreadable(body, key)
         try:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError:

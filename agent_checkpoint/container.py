@@ -40,6 +40,9 @@ __all__ = [
 MAGIC = b"\x00ACK1"
 Compression = Literal["zlib"]
 KEYS_ENV = "AGENT_CHECKPOINT_KEYS"
+MAX_PLAIN_BYTES = 256 * 1024 * 1024
+"""The largest envelope a compressed container may inflate to."""
+_INFLATE_CHUNK = 1 << 20
 
 
 class DecryptionError(UnreadableEnvelopeError):
@@ -110,6 +113,7 @@ class Sealer:
 
     keyring: Keyring | None = None
     compress: Compression | None = None
+    max_plain_bytes: int = MAX_PLAIN_BYTES
     _ciphers: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -169,13 +173,31 @@ class Sealer:
         if "e" in header:
             payload = self._decrypt(header, head, payload, key)
         if header.get("c") == "zlib":
-            try:
-                payload = zlib.decompress(payload)
-            except zlib.error:
-                raise _broken(key, "its compressed payload is damaged") from None
+            payload = self._inflate(payload, key)
         elif "c" in header:
             raise _broken(key, f"it uses compression {header['c']!r}, which this library lacks")
         return payload
+
+    def _inflate(self, payload: bytes, key: str | None) -> bytes:
+        """Decompress in bounded chunks: a small bomb can take neither unbounded memory nor
+        more than ``max_plain_bytes``."""
+        inflate = zlib.decompressobj()
+        chunks: list[bytes] = []
+        total = 0
+        try:
+            while payload:
+                chunk = inflate.decompress(payload, _INFLATE_CHUNK)
+                chunks.append(chunk)
+                total += len(chunk)
+                if total > self.max_plain_bytes:
+                    raise _broken(key, f"it inflates past {self.max_plain_bytes} bytes")
+                payload = inflate.unconsumed_tail
+                if not chunk and not payload:
+                    break
+            chunks.append(inflate.flush())
+        except zlib.error:
+            raise _broken(key, "its compressed payload is damaged") from None
+        return b"".join(chunks)
 
     def _decrypt(
         self, header: Mapping[str, Any], head: bytes, payload: bytes, key: str | None

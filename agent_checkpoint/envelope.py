@@ -113,7 +113,7 @@ def _utf16_prefix(text: str, units: int) -> str:
 def preview_stored(value: Any) -> str:
     """A short, safe description of what a store handed back (``previewStored``)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
-        value = bytes(value).decode("utf-8", "replace")
+        return _preview_bytes(bytes(value))
     if isinstance(value, str):
         n = _utf16_units(value)
         if n <= STORED_PREVIEW_LIMIT:
@@ -134,6 +134,22 @@ def preview_stored(value: Any) -> str:
         shown = ", ".join(str(k) for k in keys[:8])
         return f"an object with keys: {shown}{'…' if len(keys) > 8 else ''}"
     return "undefined"
+
+
+_CONTINUATION = [bytes([b]) for b in range(0x80, 0xC0)]
+_FOUR_BYTE_LEADS = [bytes([b]) for b in range(0xF0, 0xF8)]
+
+
+def _preview_bytes(data: bytes) -> str:
+    """``preview_stored`` of stored bytes, decoding only the quoted prefix: the length in
+    UTF-16 units is counted from the UTF-8 lead bytes, so a huge record costs no huge string."""
+    if len(data) <= 4 * STORED_PREVIEW_LIMIT:
+        return preview_stored(data.decode("utf-8", "replace"))
+    # One unit per character, two above U+FFFF; counted in place, without a copy of the data.
+    units = len(data) - sum(data.count(b) for b in _CONTINUATION)
+    units += sum(data.count(b) for b in _FOUR_BYTE_LEADS)
+    prefix = data[: 4 * STORED_PREVIEW_LIMIT].decode("utf-8", "replace")
+    return f'"{_utf16_prefix(prefix, STORED_PREVIEW_LIMIT)}…" ({units} chars)'
 
 
 def unreadable(value: Any, session_id: str | None = None) -> UnreadableEnvelopeError:

@@ -29,6 +29,7 @@
         ├── MissingDependencyError          (ImportError) a URL scheme whose extra is not installed
         └── BackendError                                  the backend failed; the driver's error is `__cause__`
             └── BackendUnavailableError                   transient faults outlasted the retry budget
+                └── WriteOutcomeUnknownError              a retried write may have landed; read it back
 
 Each class has a stable ``code`` for programs that match on codes rather than classes. Drivers'
 exceptions never escape a backend: they are raised ``from`` as the most specific class above.
@@ -65,6 +66,7 @@ __all__ = [
     "UnrecognizedFormatError",
     "UnsafeStageError",
     "UnsupportedOperationError",
+    "WriteOutcomeUnknownError",
     "WrongEnvelopeKindError",
 ]
 
@@ -233,3 +235,10 @@ class BackendUnavailableError(BackendError):
     """Transient faults (connection, timeout, throttling, 5xx) outlasted the retry budget."""
 
     code = "ERR_BACKEND_UNAVAILABLE"
+
+
+class WriteOutcomeUnknownError(BackendUnavailableError):
+    """A write whose reply was lost may have landed, and the record changed before the retry
+    could tell: neither "written" nor "refused" would be true. Read the record back."""
+
+    code = "ERR_WRITE_OUTCOME_UNKNOWN"

@@ -36,6 +36,7 @@ from .errors import (
     ConflictError,
     InvalidKeyError,
     RecordTooLargeError,
+    WriteOutcomeUnknownError,
 )
 from .migrations import DEFAULT as DEFAULT_MIGRATIONS
 from .migrations import Migrations
@@ -221,11 +222,11 @@ class Store:
             tail = None
         encoded = self._appender.encode(checkpoint, saved_at, tail)
         base = encoded.extends
+        attempts = 0
         try:
             if base is not None:
                 self._check_size(key, encoded.size)
                 summary = _summary(key, encoded.digest, encoded.size)
-                attempts = 0
 
                 def append() -> Summary | None:
                     nonlocal attempts
@@ -248,7 +249,8 @@ class Store:
                 encoded = self._appender.encode(checkpoint, saved_at, None)
             body = encoded.body()
             record = Record(_summary(key, encoded.digest, len(body)), body)
-            landed = self._save(record, if_revision, create_only, encoded.split)
+            uncertain = base is not None and attempts > 1
+            landed = self._save(record, if_revision, create_only, encoded.split, uncertain)
         except BaseException:
             self._appender.forget(key)
             raise
@@ -270,8 +272,15 @@ class Store:
             )
 
     def _save(
-        self, record: Record, if_revision: int | None, create_only: bool, split: Split | None
+        self,
+        record: Record,
+        if_revision: int | None,
+        create_only: bool,
+        split: Split | None,
+        uncertain: bool = False,
     ) -> Summary:
+        """One write under the retry policy. ``uncertain``: an earlier write of this put may
+        already have landed (its reply was lost)."""
         self._check_size(record.key, len(record.body))
         backend = self.backend
         attempts = 0
@@ -293,7 +302,18 @@ class Store:
                         return stored.summary
                 raise
 
-        return self._call(save)
+        try:
+            return self._call(save)
+        except ConflictError as exc:
+            if attempts > 1 or uncertain:
+                raise WriteOutcomeUnknownError(
+                    f"the write to {record.key!r} may have landed: its reply was lost, and the "
+                    f"record changed before the retry could tell ({exc}). Read it back before "
+                    "writing again.",
+                    backend=backend.name,
+                    operation="put",
+                ) from exc
+            raise
 
     # -- reading -------------------------------------------------------------------------
 

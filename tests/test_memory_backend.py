@@ -56,3 +56,49 @@ def test_an_append_whose_reply_was_lost_is_recognised_as_landed() -> None:
     assert summary.revision == first.revision + 1  # landed once, no false conflict, no rewrite
     got = store.get("k")
     assert got is not None and [m.content for m in got.history] == ["a", "b"]
+
+
+def test_a_retried_conditional_put_overtaken_by_another_writer_says_the_outcome_is_unknown() -> (
+    None
+):
+    from agent_checkpoint.backends.base import Record
+    from agent_checkpoint.backends.memory import MemoryBackend
+    from agent_checkpoint.errors import (
+        BackendUnavailableError,
+        ConflictError,
+        WriteOutcomeUnknownError,
+    )
+    from agent_checkpoint.model import Message, RunCheckpoint
+
+    class OvertakenAfterLanding(MemoryBackend):
+        armed = False
+
+        def save(self, record, **kwargs):  # type: ignore[no-untyped-def]
+            done = super().save(record, **kwargs)
+            if self.armed:  # ours landed; another writer writes; our reply is lost
+                self.armed = False
+                theirs = Record(record.summary, record.body.replace(b"mine", b"them"))
+                super().save(theirs, expect_revision=None)
+                raise BackendUnavailableError("reply lost", backend="memory", operation="save")
+            return done
+
+    backend = OvertakenAfterLanding()
+    store = Store(backend)
+    first = store.put(
+        {
+            "format": "conversation-v1",
+            "data": RunCheckpoint.new("m", [Message("user", "a")], run_id="r").to_json(),
+            "savedAt": 1,
+        },
+        key="k",
+    )
+    backend.armed = True
+    doc = RunCheckpoint.new("m", [Message("user", "mine")], run_id="r").to_json()
+    with pytest.raises(WriteOutcomeUnknownError) as caught:
+        store.put(
+            {"format": "conversation-v1", "data": doc, "savedAt": 2},
+            key="k",
+            if_revision=first.revision,
+        )
+    assert not isinstance(caught.value, ConflictError)  # "refused, nothing changed" would be false
+    assert "may have landed" in str(caught.value)

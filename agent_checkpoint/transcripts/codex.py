@@ -60,7 +60,7 @@ def read_rollout(lines: JsonLines, *, ts: str, notes: list[str]) -> Iterator[Tur
             notes.append(f"started at the compaction on line {line.number}; earlier turns left out")
         elif kind == "response_item" and isinstance(payload, dict):
             yield from grouper.feed(payload, ts=at, model=model)
-        elif "payload" not in record and kind in ITEM_TYPES:
+        elif "payload" not in record and isinstance(kind, str) and kind in ITEM_TYPES:
             yield from grouper.feed(record, ts=at, model=model)
     yield from grouper.close()
     notes.extend(lines.notes)

@@ -177,11 +177,17 @@ class _Converter:
         return ToolCall(id_, name, args, provider_meta=meta)
 
 
+def _texts(parts: Json) -> list[str]:
+    """The string ``text`` of each object in a list of parts; anything else is skipped."""
+    if not isinstance(parts, list):
+        return []
+    return [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+
+
 def _thinking(block: dict[str, Json]) -> ThinkingBlock:
     kind = block["type"]
     if kind == "reasoning":
-        summary = [s.get("text", "") for s in block.get("summary") or [] if isinstance(s, dict)]
-        raw = [c.get("text", "") for c in block.get("content") or [] if isinstance(c, dict)]
+        summary, raw = _texts(block.get("summary")), _texts(block.get("content"))
         meta = {k: v for k, v in block.items() if k not in ("type", "summary")}
         return ThinkingBlock(
             "thinking",

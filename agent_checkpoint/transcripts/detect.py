@@ -63,6 +63,9 @@ class Detected:
     container: Container
 
 
+_NOT_TEXT = "\x00not-a-string"
+
+
 def _parts(content: Json) -> set[str] | None:
     """The block types of a content list; ``None`` if it is not a list of typed objects."""
     if not isinstance(content, list):
@@ -81,6 +84,9 @@ def _votes(record: Json) -> dict[Format, int]:
     if not isinstance(record, dict):
         return votes
     kind, role, content = record.get("type"), record.get("role"), record.get("content")
+    # A type or role of another JSON type votes for nothing (and is unhashable if a container).
+    kind = kind if kind is None or isinstance(kind, str) else _NOT_TEXT
+    role = role if role is None or isinstance(role, str) else _NOT_TEXT
     votes["claude-code"] = 1
     if kind in LINE_TYPES and ("uuid" in record or "sessionId" in record or "leafUuid" in record):
         votes["claude-code"] = 2

@@ -42,10 +42,10 @@ def loads(raw: bytes) -> Json:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         try:
-            value = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise
-        return _scrub(value)
+            return _scrub(json.loads(raw.decode("utf-8")))
+        except RecursionError:
+            # orjson stops at 1,024 levels; the fallback must not recurse past Python's limit.
+            raise ValueError("JSON nested too deeply") from None
 
 
 def _scrub(value: Json) -> Json:

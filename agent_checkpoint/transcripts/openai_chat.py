@@ -45,7 +45,8 @@ def turns_from_messages(
     names: dict[str, str] = {}
     legacy: list[tuple[str, str]] = []
     for i, message in enumerate(messages, 1):
-        if not isinstance(message, dict) or message.get("role") not in ROLES:
+        role = message.get("role") if isinstance(message, dict) else None
+        if not isinstance(role, str) or role not in ROLES:
             raise MalformedTranscriptError(
                 f"message {i} is not an OpenAI chat message (needs a role among "
                 f"{', '.join(sorted(ROLES))})"
@@ -53,7 +54,10 @@ def turns_from_messages(
         role, content = message["role"], message.get("content")
         if role == "assistant":
             calls: list[dict[str, Json]] = []
-            for j, raw in enumerate(message.get("tool_calls") or [], 1):
+            raw_calls = message.get("tool_calls") or []
+            if not isinstance(raw_calls, list):
+                raise MalformedTranscriptError(f"message {i}: tool_calls is not a list")
+            for j, raw in enumerate(raw_calls, 1):
                 call = _call(raw, f"call-{i}-{j}")
                 if call is None:
                     raise MalformedTranscriptError(f"message {i}: tool call {j} has no function")

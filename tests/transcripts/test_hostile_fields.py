@@ -1,0 +1,55 @@
+"""Records whose fields have the wrong JSON type, or nest absurdly deep, are refused as
+malformed input with the library's error, never a TypeError or RecursionError."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_checkpoint.errors import CheckpointError, MalformedTranscriptError
+from agent_checkpoint.transcripts import open_transcript, turns_to_checkpoint
+
+
+@pytest.mark.parametrize(
+    ("data", "fmt"),
+    [
+        (b'{"role":"user","content":"hi"}\n{"x":' + b"[" * 1100 + b"]" * 1100 + b"}\n", None),
+        (b'{"type": [], "role": "user", "content": "hi"}\n', None),
+        (b'{"role": ["user"], "content": "hi"}\n', None),
+        (b'[{"role": {}, "content": "hi"}]', "openai-chat"),
+        (
+            b'[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":5}]',
+            None,
+        ),
+    ],
+)
+def test_wrongly_typed_or_deep_records_are_refused_by_the_library(
+    tmp_path: Path, data: bytes, fmt: str | None
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(data)
+    try:
+        turns = list(open_transcript(path, format=fmt))  # type: ignore[arg-type]
+        turns_to_checkpoint(turns)
+    except CheckpointError:
+        pass  # a documented refusal
+
+
+def test_tool_calls_that_are_not_a_list_are_named(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    path.write_bytes(
+        b'[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":5}]'
+    )
+    with pytest.raises(MalformedTranscriptError, match="tool_calls is not a list"):
+        list(open_transcript(path, format="openai-chat"))
+
+
+@pytest.mark.parametrize("summary", [b"900", b'[{"type":"summary_text","text":1}]'])
+def test_reasoning_summaries_of_another_shape_carry_no_text(tmp_path: Path, summary: bytes) -> None:
+    path = tmp_path / "t.json"
+    path.write_bytes(
+        b'[{"role":"user","content":"hi"},{"type":"reasoning","id":"r","summary":' + summary + b"}]"
+    )
+    checkpoint, _report = turns_to_checkpoint(list(open_transcript(path)))
+    assert checkpoint.history[0].content == "hi"
