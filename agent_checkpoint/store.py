@@ -307,7 +307,8 @@ class Store:
         except ConflictError as exc:
             if attempts > 1 or uncertain:
                 raise WriteOutcomeUnknownError(
-                    f"the write to {record.key!r} may have landed: its reply was lost, and the "
+                    f"{backend.name} put failed: the write to {record.key!r} may have landed: "
+                    "its reply was lost, and the "
                     f"record changed before the retry could tell ({exc}). Read it back before "
                     "writing again.",
                     backend=backend.name,
