@@ -1,3 +1,4 @@
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,22 +72,123 @@ def test_a_write_interrupted_before_indexing_is_reconciled(tmp_path: Path) -> No
     store.close()
 
 
-def test_a_growing_history_appends_segment_files_and_compacts(tmp_path: Path) -> None:
+def test_a_growing_history_appends_to_one_data_file(tmp_path: Path) -> None:
     from agent_checkpoint.model import Message, RunCheckpoint
 
     store = open_store(str(tmp_path))
-    history: tuple[Message, ...] = ()
-    for i in range(DiskBackend.max_segments + 5):
-        history = (*history, Message("user", f"message {i}"))
-        store.put(RunCheckpoint.new("m", history, run_id="r"), key="k")
-        if i == 9:
-            folder = tmp_path / "segments" / file_name("k")
-            assert len(list(folder.iterdir())) == 10  # one small file per put, not a rewrite
     folder = tmp_path / "segments" / file_name("k")
-    assert len(list(folder.iterdir())) == 5  # the 33rd put rewrote it whole, then 4 appends
+    history: tuple[Message, ...] = ()
+    sizes = []
+    for i in range(100):
+        history = (*history, Message("user", f"message {i}"))
+        summary = store.put(RunCheckpoint.new("m", history, run_id="r"), key="k")
+        assert summary.revision == i + 1
+        files = list(folder.iterdir())
+        assert [f.name for f in files] == ["1"]  # the first write's generation, appended to
+        sizes.append(files[0].stat().st_size)
+    # Each put added only its own message (plus a comma): nothing was rewritten.
+    grown = [b - a for a, b in itertools.pairwise(sizes)]
+    assert grown == [len(f',{{"role":"user","content":"message {i}"}}') for i in range(1, 100)]
     got = store.get("k")
     assert got is not None and [m.content for m in got.history] == [
-        f"message {i}" for i in range(37)
+        f"message {i}" for i in range(100)
     ]
+    # A rewrite (an edited history) starts a new generation and removes the old one.
+    edited = (Message("user", "edited"), *history[1:])
+    summary = store.put(RunCheckpoint.new("m", edited, run_id="r"), key="k")
+    assert [f.name for f in folder.iterdir()] == [str(summary.revision)]
+    got = store.get("k")
+    assert got is not None and got.history == edited
     store.delete("k")
     assert not folder.exists()
+
+
+def test_an_append_torn_by_a_crash_is_ignored_and_overwritten(tmp_path: Path) -> None:
+    from agent_checkpoint.model import Message, RunCheckpoint
+
+    store = open_store(str(tmp_path))
+    history = (Message("user", "one"), Message("assistant", "two"))
+    store.put(RunCheckpoint.new("m", history, run_id="r"), key="k")
+    data = tmp_path / "segments" / file_name("k") / "1"
+    committed = data.read_bytes()
+    with open(data, "ab") as f:  # a writer killed after extending the file, before the header
+        f.write(b',{"role":"user","content":"never committed"')
+    got = store.get("k")
+    assert got is not None and got.history == history
+    grown = (*history, Message("user", "three"))
+    ckpt = RunCheckpoint.new("m", grown, run_id="r")
+    summary = store.put(ckpt, key="k")
+    assert summary.revision == 2
+    assert data.read_bytes().startswith(committed + b',{"role":"user","content":"three"}')
+    got = store.get("k")
+    assert got is not None and got.history == grown
+
+
+def test_records_in_the_older_one_file_per_segment_layout_still_read(tmp_path: Path) -> None:
+    import orjson
+
+    from agent_checkpoint.model import Message, RunCheckpoint
+
+    store = open_store(str(tmp_path))
+    history = (Message("user", "one"), Message("assistant", "two"))
+    ckpt = RunCheckpoint.new("m", history, run_id="r")
+    store.put(ckpt, key="k")
+    expected = store.get_record("k")
+    assert expected is not None
+    # Rewrite the record as the previous release laid it out: segment files <gen>-<i>.
+    record_file = tmp_path / "records" / file_name("k")
+    header, _, head = record_file.read_bytes().partition(b"\n")
+    fields = orjson.loads(header)
+    folder = tmp_path / "segments" / file_name("k")
+    first, second = (folder / "1").read_bytes().split(b",{", 1)
+    (folder / "1").unlink()
+    (folder / "1-0").write_bytes(first)
+    (folder / "1-1").write_bytes(b"{" + second)
+    del fields["split"]["len"]
+    fields["split"]["segs"] = 2
+    record_file.write_bytes(orjson.dumps(fields) + b"\n" + head)
+    again = store.get_record("k")
+    assert again is not None and again.body == expected.body
+    # The next put cannot append to the older layout: it rewrites the record in the new one.
+    grown = RunCheckpoint.new("m", (*history, Message("user", "three")), run_id="r")
+    store.put(grown, key="k")
+    got = store.get("k")
+    assert got is not None and got.history == grown.history
+    assert sorted(p.name for p in folder.iterdir()) == ["2"]
+
+
+def test_readers_racing_rewrites_and_appends_always_see_a_whole_record(tmp_path: Path) -> None:
+    import threading
+
+    from agent_checkpoint.model import Message, RunCheckpoint
+
+    writer, reader = open_store(str(tmp_path)), open_store(str(tmp_path))
+    writer.put(RunCheckpoint.new("m", (Message("user", "start"),), run_id="r"), key="k")
+    done = threading.Event()
+    errors: list[BaseException] = []
+    seen: set[int] = set()
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                got = reader.get("k")
+                assert got is not None and got.history[0].content in ("start", "edited")
+                seen.add(len(got.history))
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    history: tuple[Message, ...] = (Message("user", "start"),)
+    try:
+        for i in range(150):
+            if i % 10 == 9:  # an edited history: a full write to a new data file
+                history = (Message("user", "edited" if i % 20 == 9 else "start"), *history[1:])
+            history = (*history, Message("assistant", f"m{i}"))
+            writer.put(RunCheckpoint.new("m", history, run_id="r"), key="k")
+    finally:
+        done.set()
+        thread.join()
+    assert not errors, errors[0]
+    assert len(seen) > 1

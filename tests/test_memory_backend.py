@@ -102,3 +102,35 @@ def test_a_retried_conditional_put_overtaken_by_another_writer_says_the_outcome_
         )
     assert not isinstance(caught.value, ConflictError)  # "refused, nothing changed" would be false
     assert "may have landed" in str(caught.value)
+
+
+def test_appends_past_the_segment_limit_merge_in_the_backend_instead_of_rewriting() -> None:
+    from agent_checkpoint.backends.memory import MemoryBackend
+    from agent_checkpoint.model import Message, RunCheckpoint
+
+    backend = MemoryBackend()
+    backend.max_segments = 4
+    store = Store(backend)
+    appended = 0
+    original = backend.append
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal appended
+        landed = original(*args, **kwargs)
+        appended += landed is not None
+        return landed
+
+    backend.append = counting  # type: ignore[method-assign]
+    history: tuple[Message, ...] = ()
+    for i in range(11):
+        history = (*history, Message("user", f"m{i}"))
+        ckpt = RunCheckpoint.new("m", history, run_id="r")
+        store.put(ckpt, key="k")
+        assert len(backend._splits["k"][1]) <= 4
+    assert appended == 10  # every put after the first appended; none fell back to a rewrite
+    whole = Store(MemoryBackend())
+    whole.put(ckpt, key="k")
+    merged, written = store.get_json("k"), whole.get_json("k")
+    assert merged is not None and written is not None and merged["data"] == written["data"]
+    got = store.get("k")
+    assert got is not None and got.history == history

@@ -4,8 +4,9 @@ Layout under the root folder::
 
     records/<name>     one JSON header line (the summary), a newline, then the stored bytes,
                        or for a split record its head (see ``segments.py``)
-    segments/<name>/   a split record's history segments, ``<generation>-<index>``, written
-                       before the record file that refers to them
+    segments/<name>/   a split record's history, ``<generation>``: one data file that appends
+                       grow, written and fsynced before the record file that refers to it;
+                       the record's header says how many of its bytes are committed
     locks/<n>.lock     256 striped lock files; ``flock`` serialises writers of one key
     index.sqlite3      summaries for listing, plus a ``pending`` table of keys mid-write
     _<namespace>/      the same layout again for the Store's bookkeeping (claims)
@@ -36,8 +37,8 @@ import orjson
 
 from ..errors import BackendError, ConflictError
 from .base import Query, Record, Summary, plan_save
+from .segments import GAP, assemble, plan_append
 from .segments import Split as SegmentSplit
-from .segments import assemble, plan_append
 
 _LOCK_STRIPES = 256
 _SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
@@ -93,7 +94,10 @@ def _header(summary: Summary, split: dict[str, Any] | None = None) -> bytes:
 
 
 Split = dict[str, Any]
-"""A split record's header part: generation, segment count, digest, assembled size."""
+"""A split record's header part: generation, segment count, digest, assembled size, and the
+committed length of the generation's data file (``len``; absent in the older layout of one
+file per segment, ``<generation>-<index>``, which is still read, and rewritten on the next
+put)."""
 
 
 def _parse(key: str, data: bytes) -> tuple[Record, Split | None]:
@@ -138,7 +142,6 @@ def _row(summary: Summary) -> tuple[Any, ...]:
 
 class DiskBackend:
     name = "disk"
-    max_segments = 32
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self.root = Path(root)
@@ -216,15 +219,38 @@ class DiskBackend:
             return None
         return _parse(key, data)
 
-    def _assembled(self, record: Record, split: Split | None) -> Record:
+    def _assembled(self, record: Record, split: Split | None) -> Record | None:
+        """The record with its history put back; ``None`` if its data file is gone (a full
+        write replaced it since the record file was read: read again)."""
         if split is None:
             return record
         folder = self._segments / file_name(record.key)
         try:
-            segments = [(folder / f"{split['gen']}-{i}").read_bytes() for i in range(split["segs"])]
+            if "len" not in split:  # the older layout: one file per segment
+                segments = [
+                    (folder / f"{split['gen']}-{i}").read_bytes() for i in range(split["segs"])
+                ]
+                return Record(record.summary, assemble(record.body, segments))
+            with open(folder / str(split["gen"]), "rb") as f:
+                data = f.read(split["len"])
         except FileNotFoundError:
-            return record  # a lost segment: the head alone does not decode, so it reads unreadable
-        return Record(record.summary, assemble(record.body, segments))
+            return None
+        if len(data) < split["len"]:
+            return record  # a truncated data file: the head alone reads as unreadable
+        before, _, after = record.body.partition(GAP)
+        return Record(record.summary, before + data + after)
+
+    def _load(self, key: str) -> Record | None:
+        found = self._read(key)
+        while found is not None:
+            record = self._assembled(*found)
+            if record is not None:
+                return record
+            again = self._read(key)
+            if again is not None and again[1] == found[1]:
+                return found[0]  # the record still refers to it: lost, so it reads unreadable
+            found = again  # a full write replaced the data file between the two reads
+        return None
 
     def _write(self, key: str, header: bytes, body: bytes) -> None:
         """Replace the record file atomically: temp file, fsync, rename, folder fsync."""
@@ -242,15 +268,32 @@ class DiskBackend:
             raise
         self._fsync_dir(self._records)
 
-    def _write_segment(self, key: str, name: str, data: bytes) -> None:
+    def _write_data(self, key: str, gen: int, data: bytes) -> None:
+        """Create generation ``gen``'s data file holding ``data``, durably."""
         folder = self._segments / file_name(key)
-        folder.mkdir(exist_ok=True)
-        with open(folder / name, "wb") as f:
+        if not folder.is_dir():
+            folder.mkdir(exist_ok=True)
+            self._fsync_dir(self._segments)
+        with open(folder / str(gen), "wb") as f:
             f.write(data)
             f.flush()
             if self.fsync:
                 os.fsync(f.fileno())
         self._fsync_dir(folder)
+
+    def _extend_data(self, key: str, gen: int, at: int, data: bytes) -> None:
+        """Write ``data`` at byte ``at`` of a data file, over any torn tail an interrupted
+        append left past the committed length, and make it durable."""
+        fd = os.open(self._segments / file_name(key) / str(gen), os.O_WRONLY)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.pwrite(fd, view, at)
+                view, at = view[written:], at + written
+            if self.fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _prune_segments(self, key: str, keep_gen: int | None) -> None:
         """Remove segment files no record file refers to (older generations, or all)."""
@@ -305,8 +348,7 @@ class DiskBackend:
     # -- the contract --------------------------------------------------------------------
 
     def load(self, key: str) -> Record | None:
-        found = self._read(key)
-        return self._assembled(*found) if found is not None else None
+        return self._load(key)
 
     def head(self, key: str) -> Summary | None:
         found = self._read(key)
@@ -341,9 +383,15 @@ class DiskBackend:
             )
             gen = summary.revision
             self._mark_pending(key)
-            # Segments first: the record file that refers to them is the commit point.
-            self._write_segment(key, f"{gen}-0", split.segment)
-            meta = {"gen": gen, "segs": 1, "digest": split.digest, "size": summary.size}
+            # The data first: the record file that refers to it is the commit point.
+            self._write_data(key, gen, split.segment)
+            meta = {
+                "gen": gen,
+                "segs": 1,
+                "digest": split.digest,
+                "size": summary.size,
+                "len": len(split.segment),
+            }
             self._write(key, _header(summary, meta), split.head)
             self._index(key, summary)
             self._prune_segments(key, gen)
@@ -361,13 +409,21 @@ class DiskBackend:
             if (
                 current.summary.revision != base_revision
                 or meta["digest"] != base_digest
-                or meta["segs"] >= self.max_segments
+                or "len" not in meta  # the older layout: the full write that follows converts it
             ):
                 return None
             planned = plan_append(current.summary, summary, base_revision=base_revision)
             self._mark_pending(key)
-            self._write_segment(key, f"{meta['gen']}-{meta['segs']}", split.segment)
-            grown = {**meta, "segs": meta["segs"] + 1, "digest": split.digest, "size": planned.size}
+            added = b"," + split.segment if meta["len"] and split.segment else split.segment
+            if added:
+                self._extend_data(key, meta["gen"], meta["len"], added)
+            grown = {
+                **meta,
+                "segs": meta["segs"] + 1,
+                "digest": split.digest,
+                "size": planned.size,
+                "len": meta["len"] + len(added),
+            }
             self._write(key, _header(planned, grown), split.head)
             self._index(key, planned)
             return planned
@@ -436,7 +492,12 @@ class DiskBackend:
                 data = path.read_bytes()
             except FileNotFoundError:
                 continue
-            yield self._assembled(*_parse(path.name, data))
+            record, split = _parse(path.name, data)
+            assembled = self._assembled(record, split)
+            if assembled is None:  # rewritten meanwhile: read it again
+                assembled = self._load(record.summary.key)
+            if assembled is not None:
+                yield assembled
 
     def rebuild_index(self) -> int:
         """Recreate the index from the record files; return how many records it holds."""

@@ -10,12 +10,12 @@ from typing import Any
 
 from ..errors import ConflictError
 from .base import Query, Record, Summary, is_after, matches, plan_save
-from .segments import Split, assemble, plan_append
+from .segments import Split, assemble, merge, plan_append
 
 
 class MemoryBackend:
     name = "memory"
-    max_segments = 32
+    max_segments = 1024
 
     def __init__(self) -> None:
         self._records: dict[str, Record] = {}
@@ -81,12 +81,14 @@ class MemoryBackend:
                 or stored is None
                 or current.revision != base_revision
                 or stored[2] != base_digest
-                or len(stored[1]) >= self.max_segments
             ):
                 return None
             planned = plan_append(current, summary, base_revision=base_revision)
             self._store(current, Record(planned, b""))
-            self._splits[summary.key] = (split.head, [*stored[1], split.segment], split.digest)
+            segments = stored[1]
+            if len(segments) >= self.max_segments:
+                segments = [merge(segments)]
+            self._splits[summary.key] = (split.head, [*segments, split.segment], split.digest)
             return planned
 
     def _store(self, current: Summary | None, record: Record) -> None:

@@ -12,19 +12,24 @@ its segments (``chain``), and ``append`` applies only when the stored revision a
 the ones the writer extended; otherwise it changes nothing and returns ``None``, and the writer
 falls back to a full write. ``load`` always returns the assembled bytes, identical to what a
 full write would have stored, so readers, ``copy``, ``migrate`` and the CLI never see segments.
-A record is rewritten whole (one segment) once it has ``max_segments`` segments, which bounds
-the pieces a read must fetch.
+
+A backend that keeps segments as separate pieces (list elements, rows) declares
+``max_segments``: an append that would exceed it first merges the stored segments into one on
+the server, in the same atomic step, so a growing history never goes back through the client
+and a read fetches at most ``max_segments`` pieces. The disk backend appends to one data file
+and has no such limit.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
+import xxhash
+
 from .base import Record, Summary, plan_save
 
-__all__ = ["GAP", "Appending", "Split", "assemble", "chain", "plan_append"]
+__all__ = ["GAP", "Appending", "Split", "assemble", "chain", "merge", "plan_append"]
 
 GAP = b"\x00"
 """Where the history array's contents are cut out of a head."""
@@ -42,16 +47,21 @@ class Split:
 
 def chain(previous: str, segment: bytes) -> str:
     """The digest after appending ``segment`` to a record whose digest was ``previous``."""
-    h = hashlib.sha256(previous.encode())  # sha256 runs on the CPU's SHA instructions
+    h = xxhash.xxh3_128(previous.encode())
     h.update(b"|")
     h.update(segment)
-    return h.hexdigest()[:32]
+    return h.hexdigest()
+
+
+def merge(segments: list[bytes]) -> bytes:
+    """Segments joined into one: the history array's contents they hold, in order."""
+    return b",".join(s for s in segments if s)
 
 
 def assemble(head: bytes, segments: list[bytes]) -> bytes:
     """The record's bytes: the head with the non-empty segments joined into its gap."""
     before, _, after = head.partition(GAP)
-    return before + b",".join(s for s in segments if s) + after
+    return before + merge(segments) + after
 
 
 def plan_append(current: Summary | None, summary: Summary, *, base_revision: int) -> Summary:
@@ -65,8 +75,6 @@ def plan_append(current: Summary | None, summary: Summary, *, base_revision: int
 @runtime_checkable
 class Appending(Protocol):
     """Optional: records stored as a head plus history segments (see the module docstring)."""
-
-    max_segments: int
 
     def save_split(
         self,
@@ -83,8 +91,10 @@ class Appending(Protocol):
     def append(
         self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
     ) -> Summary | None:
-        """Atomically, if the stored record is at ``base_revision`` with ``base_digest`` and has
-        fewer than ``max_segments`` segments: apply ``plan_append``, replace the head, append
-        ``split.segment`` and store ``split.digest``. Otherwise change nothing and return
-        ``None``. ``summary.size`` is the assembled size after the append."""
+        """Atomically, if the stored record is at ``base_revision`` with ``base_digest``: apply
+        ``plan_append``, replace the head, append ``split.segment`` (merging the stored
+        segments first where a ``max_segments`` limit requires it) and store ``split.digest``.
+        Otherwise change nothing and return ``None``: a refused append means another write
+        came between, never that the record holds too many segments. ``summary.size`` is the
+        assembled size after the append."""
         ...
