@@ -177,3 +177,64 @@ def test_values_are_immutable() -> None:
 def test_default_key_prefers_the_conversation_id() -> None:
     assert RunCheckpoint.new("m", run_id="r").default_key == "r"
     assert RunCheckpoint.new("m", run_id="r", identity=Identity("c")).default_key == "c"
+
+
+def _document_with_history() -> dict[str, Any]:
+    return {
+        "version": 1,
+        "runId": "run-1",
+        "history": [
+            {"content": "hi", "role": "user"},
+            {
+                "role": "assistant",
+                "content": "",
+                "toolCalls": [{"id": "c1", "name": "search", "args": {"q": "x"}, "z": 1}],
+            },
+            {"role": "tool", "content": "found", "toolCallId": "c1", "toolName": "search"},
+            {"role": "assistant", "content": "done", "futureKey": [1, 2]},
+        ],
+        "lastCompletedIteration": 2,
+        "originalInput": {"message": "go"},
+    }
+
+
+def test_a_read_checkpoint_types_its_history_on_first_use_and_round_trips_either_way() -> None:
+    doc = _document_with_history()
+    untouched = RunCheckpoint.from_json(doc)
+    assert orjson.dumps(untouched.to_json()) == orjson.dumps(doc)  # without typing the history
+    touched = RunCheckpoint.from_json(doc)
+    history = touched.history
+    assert [type(m) for m in history] == [Message] * 4
+    assert history[1].tool_calls == (ToolCall("c1", "search", {"q": "x"}, extra={"z": 1}),)
+    assert touched.history is history  # typed once
+    assert orjson.dumps(touched.to_json()) == orjson.dumps(doc)
+    assert untouched == touched
+    grown = untouched.evolve(history=(*untouched.history, Message("user", "more")))
+    assert grown.to_json()["history"][:4] == doc["history"]
+    assert grown.last_completed_iteration == 2
+    with pytest.raises(AttributeError):
+        untouched.no_such_field  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_to_json_of_a_read_checkpoint_does_not_hand_out_its_own_messages() -> None:
+    checkpoint = RunCheckpoint.from_json(_document_with_history())
+    out = checkpoint.to_json()
+    out["history"][0]["content"] = "changed by the caller"
+    assert checkpoint.history[0].content == "hi"
+    assert checkpoint.to_json()["history"][0]["content"] == "hi"
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        ("role", "content"),
+        ("content", "role"),
+        ("role", "content", "toolName", "toolCallId"),
+        ("role", "content", "toolCallId", "toolName"),
+        ("toolCallId", "role", "content"),
+    ],
+)
+def test_message_key_order_survives_the_fast_writer(keys: tuple[str, ...]) -> None:
+    values = {"role": "tool", "content": "x", "toolCallId": "c", "toolName": "t"}
+    doc = {k: values[k] for k in keys}
+    assert list(Message.from_json(doc).to_json()) == list(keys)

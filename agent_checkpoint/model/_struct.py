@@ -8,6 +8,7 @@ in the runtime's order (spec §2.1).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -71,13 +72,38 @@ def listed(value: tuple[Any, ...]) -> list[Any]:
 S = TypeVar("S", bound="Struct")
 
 
+@dataclass(frozen=True, slots=True)
+class _Build:
+    """How ``from_json`` makes an instance of one class without its ``__init__``."""
+
+    required: tuple[str, ...]  # attributes without a default
+    factories: tuple[tuple[str, Callable[[], Any]], ...]  # defaults made per instance
+    direct: bool  # instances have a __dict__: fill it in one update
+
+
+def _build_plan(cls: type) -> _Build:
+    required, factories = [], []
+    for f in dataclasses.fields(cls):
+        if f.name in ("extra", "key_order"):
+            continue
+        if f.default_factory is not dataclasses.MISSING:
+            factories.append((f.name, f.default_factory))
+        elif f.default is dataclasses.MISSING:
+            required.append(f.name)
+    return _Build(tuple(required), tuple(factories), "__dict__" in dir(cls))
+
+
 class Struct:
-    """Base of every record part. Subclasses are frozen, slotted dataclasses that declare
-    ``FIELDS`` in the runtime's key order and end with ``extra`` and ``key_order``."""
+    """Base of every record part. Subclasses are frozen dataclasses that declare ``FIELDS`` in
+    the runtime's key order and end with ``extra`` and ``key_order``. Parts a history holds
+    many of (messages, tool calls) are not slotted, so ``from_json`` can fill an instance's
+    ``__dict__`` in one step: a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, which costs most of a decode."""
 
     __slots__ = ()
     FIELDS: ClassVar[tuple[Field, ...]] = ()
     _BY_KEY: ClassVar[Mapping[str, Field]] = {}
+    _ENCODE: ClassVar[tuple[tuple[str, str, Callable[[Any], Json] | None], ...]] = ()
 
     extra: JsonObject
     key_order: tuple[str, ...] | None
@@ -85,6 +111,9 @@ class Struct:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._BY_KEY = {f.key: f for f in cls.FIELDS}
+        cls._ENCODE = tuple(
+            (f.key, f.attr, None if f.encode is same else f.encode) for f in cls.FIELDS
+        )
 
     @classmethod
     def from_json(cls: type[S], data: JsonObject) -> S:
@@ -97,20 +126,55 @@ class Struct:
             if field is None or value is None:
                 extra[key] = value
                 continue
+            decode = field.decode
+            if decode is text:  # the commonest field, checked inline
+                if isinstance(value, str):
+                    kwargs[field.attr] = value
+                else:
+                    extra[key] = value
+                continue
             try:
-                kwargs[field.attr] = field.decode(value)
+                kwargs[field.attr] = decode(value)
             except Mismatch:
                 extra[key] = value
-        try:
-            return cls(**kwargs, extra=extra, key_order=tuple(data))  # type: ignore[call-arg]
-        except TypeError as exc:  # a required key is missing: the part keeps another shape
-            raise Mismatch from exc
+        return cls._build(kwargs, extra, tuple(data))
+
+    @classmethod
+    def _build(
+        cls: type[S], kwargs: dict[str, Any], extra: dict[str, Json], key_order: tuple[str, ...]
+    ) -> S:
+        plan: _Build | None = cls.__dict__.get("_PLAN")
+        if plan is None:
+            plan = _build_plan(cls)
+            cls._PLAN = plan  # type: ignore[attr-defined]
+        if not plan.direct:
+            try:
+                return cls(**kwargs, extra=extra, key_order=key_order)  # type: ignore[call-arg]
+            except TypeError as exc:  # a required key is missing: the part keeps another shape
+                raise Mismatch from exc
+        for attr in plan.required:
+            if attr not in kwargs:
+                raise Mismatch
+        for attr, factory in plan.factories:
+            if attr not in kwargs:
+                kwargs[attr] = factory()
+        kwargs["extra"] = extra
+        kwargs["key_order"] = key_order
+        instance = object.__new__(cls)
+        instance.__dict__.update(kwargs)  # the other fields' defaults are class attributes
+        return instance
 
     def to_json(self) -> dict[str, Json]:
         """The JSON object, keys in read order, then the remaining ones in the runtime's order."""
         out: dict[str, Json] = {}
-        by_key = self._BY_KEY
         extra = self.extra
+        if not self.key_order and not extra:  # built in code: the runtime's order
+            for key, attr, encode in self._ENCODE:
+                value = getattr(self, attr)
+                if value is not None:
+                    out[key] = value if encode is None else encode(value)
+            return out
+        by_key = self._BY_KEY
         for key in self.key_order or ():
             field = by_key.get(key)
             if field is not None:
@@ -144,7 +208,7 @@ def parts(cls: type[S]) -> Callable[[Json], tuple[S, ...]]:
     def decode(value: Json) -> tuple[S, ...]:
         if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
             raise Mismatch
-        return tuple(cls.from_json(v) for v in value)
+        return tuple([cls.from_json(v) for v in value])
 
     return decode
 

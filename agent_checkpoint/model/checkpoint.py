@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._struct import (
     Field,
@@ -146,10 +146,25 @@ def _rows(value: Json) -> tuple[JsonObject, ...]:
     return tuple(value)
 
 
-def _history(value: Json) -> tuple[Message, ...]:
-    if not isinstance(value, list):
+class _Unread:
+    """A history as read, kept as JSON until the checkpoint's ``history`` is first used."""
+
+    __slots__ = ("messages",)
+
+    def __init__(self, messages: list[JsonObject]) -> None:
+        self.messages = messages
+
+
+def _history(value: Json) -> _Unread:
+    if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
         raise Mismatch
-    return tuple(Message.from_json(m) for m in value)
+    return _Unread(value)
+
+
+def _encode_history(value: tuple[Message, ...] | _Unread) -> Json:
+    if isinstance(value, _Unread):
+        return [dict(m) for m in value.messages]
+    return [m.to_json() for m in value]
 
 
 _run_counter = itertools.count(1)
@@ -164,7 +179,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RunCheckpoint(Struct):
     """The runtime's ``AgentRunCheckpoint`` v1 as an immutable value.
 
@@ -172,6 +187,10 @@ class RunCheckpoint(Struct):
     ``to_json`` gives back the same JSON value with the same key order, unknown keys included.
     Optional fields are ``None`` when absent and are then omitted, never written as null.
     ``findings_ledger`` rows and ``claim_verification`` are kept as the plain JSON they are.
+
+    A checkpoint read from JSON types its ``history`` on first use: the messages were
+    validated on the way in, and a read that only looks at the run's state (its failure
+    point, iteration, owner) need not build a thousand ``Message`` values.
     """
 
     run_id: str
@@ -195,7 +214,7 @@ class RunCheckpoint(Struct):
     FIELDS = (
         Field("version", "version", number, same),
         Field("runId", "run_id", text, same),
-        Field("history", "history", _history, encode_parts),
+        Field("history", "history", _history, _encode_history),
         Field("lastCompletedIteration", "last_completed_iteration", number, same),
         Field("originalInput", "original_input", part(OriginalInput), encode_part),
         Field("checkpointedAt", "checkpointed_at", number, same),
@@ -229,6 +248,33 @@ class RunCheckpoint(Struct):
             checkpointed_at=optional.pop("checkpointed_at", now_ms()),
             **optional,
         )
+
+    @classmethod
+    def from_json(cls, data: JsonObject) -> RunCheckpoint:
+        checkpoint = super().from_json(data)
+        state = checkpoint.__dict__
+        if isinstance(state.get("history"), _Unread):
+            state["_unread"] = state.pop("history")
+        return checkpoint
+
+    if not TYPE_CHECKING:  # for mypy, ``history`` is the plain field it declares
+
+        def __getattr__(self, name: str) -> Any:
+            state = self.__dict__
+            if name != "history" or "_unread" not in state:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            history = tuple([Message.from_json(m) for m in state["_unread"].messages])
+            state["history"] = history  # frozen for callers; filled once, by the reader
+            return history
+
+    def to_json(self) -> dict[str, Json]:
+        state = self.__dict__
+        if "history" in state or "_unread" not in state:
+            return super().to_json()
+        twin = object.__new__(RunCheckpoint)  # private: the history stays as it was read
+        twin.__dict__.update(state)
+        twin.__dict__["history"] = state["_unread"]
+        return twin.to_json()
 
     @property
     def default_key(self) -> str:

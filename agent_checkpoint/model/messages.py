@@ -25,7 +25,7 @@ from ._struct import (
 Role = Literal["system", "user", "assistant", "tool"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ToolCall(Struct):
     """One call an assistant message makes: ``args`` is the decoded argument object."""
 
@@ -44,7 +44,7 @@ class ToolCall(Struct):
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ThinkingBlock(Struct):
     """Model reasoning carried byte-exact, because Anthropic signatures must round-trip."""
 
@@ -127,18 +127,33 @@ class Message(Struct):
         return super().from_json(data)
 
     def to_json(self) -> dict[str, Json]:
-        if (
-            self.tool_calls is None
-            and self.tool_call_id is None
-            and self.tool_name is None
-            and self.thinking_blocks is None
-            and self.ephemeral is None
-            and self.injected_by is None
-            and not self.extra
-            and self.key_order != ("content", "role")
-        ):
-            return {"role": self.role, "content": self.content}
-        return super().to_json()
+        if self.extra or (self.key_order is not None and self.key_order not in _CANONICAL):
+            return super().to_json()
+        # No unknown keys, and the keys in the runtime's order: write them without the
+        # generic field loop (a history encodes thousands of messages per put).
+        out: dict[str, Json] = {"role": self.role, "content": self.content}
+        if self.tool_calls is not None:
+            out["toolCalls"] = [c.to_json() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["toolCallId"] = self.tool_call_id
+        if self.tool_name is not None:
+            out["toolName"] = self.tool_name
+        if self.thinking_blocks is not None:
+            out["thinkingBlocks"] = [b.to_json() for b in self.thinking_blocks]
+        if self.ephemeral is not None:
+            out["ephemeral"] = self.ephemeral
+        if self.injected_by is not None:
+            out["injectedBy"] = self.injected_by.to_json()
+        return out
+
+
+_OPTIONAL_KEYS = tuple(f.key for f in Message.FIELDS[2:])
+_CANONICAL = frozenset(
+    ("role", "content", *(k for i, k in enumerate(_OPTIONAL_KEYS) if mask >> i & 1))
+    for mask in range(1 << len(_OPTIONAL_KEYS))
+)
+"""Every key order ``Message.to_json`` writes without the generic loop: role, content, then
+any of the optional keys, each in the runtime's order."""
 
 
 def message_json(message: Message | JsonObject) -> dict[str, Json]:
