@@ -10,6 +10,7 @@ large ``transcript.json`` is parsed one message at a time. ``dump_line`` writes 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ MAX_RECORD_BYTES = 32 * 1024 * 1024
 """Longest line or array element read, in bytes; a longer one is refused, never truncated."""
 
 _CHUNK = 1 << 20
+_WHOLE = 1 << 20
+"""A file up to this size is read in one call and split, rather than line by line."""
 _WS = b" \t\r\n"
 _CONTAINER_TOKENS = re.compile(rb'["\[\]{}]')
 _STRING_TOKENS = re.compile(rb'["\\]')
@@ -95,30 +98,62 @@ class JsonLines:
         self.tolerate = tolerate
         self.notes: list[str] = []
 
+    def _raw_lines(self, f: BinaryIO) -> Iterator[tuple[int, bytes, bool]]:
+        """Each line's byte offset, its bytes, and whether a newline ended it."""
+        offset = 3 if f.read(3) == BOM else 0
+        limit = self.max_record_bytes
+        if os.fstat(f.fileno()).st_size - offset <= min(_WHOLE, limit):
+            f.seek(offset)
+            pieces = f.read().split(b"\n")
+            last = pieces.pop()
+            for piece in pieces:
+                yield offset, piece, True
+                offset += len(piece) + 1
+            if last:
+                yield offset, last, False
+            return
+        f.seek(offset)
+        number = 0
+        while True:
+            raw = f.readline(limit + 1)
+            if not raw:
+                return
+            number += 1
+            ended = raw.endswith(b"\n")
+            if len(raw) > limit and not ended:
+                raise MalformedTranscriptError(
+                    f"{self.path}: line {number} is longer than {limit} bytes"
+                )
+            yield offset, raw, ended
+            offset += len(raw)
+
+    def values(self, f: BinaryIO) -> Iterator[tuple[int, Json]]:
+        """Each non-blank line's number and value, from the open file ``f``; the first line
+        that is not JSON is refused (whatever ``tolerate`` says)."""
+        for number, (_, raw, _) in enumerate(self._raw_lines(f), 1):
+            stripped = raw.strip(_WS)
+            if stripped:
+                try:
+                    yield number, loads(stripped)
+                except (ValueError, UnicodeDecodeError) as exc:
+                    raise MalformedTranscriptError(
+                        f"{self.path}: line {number} is not valid JSON ({_reason(exc)})"
+                    ) from None
+
     def __iter__(self) -> Iterator[Line]:
         self.notes = []
         skipped = 0
         with self.path.open("rb") as f:
-            offset = 3 if f.read(3) == BOM else 0
-            f.seek(offset)
             number = 0
-            while True:
-                raw = f.readline(self.max_record_bytes + 1)
-                if not raw:
-                    break
+            for start, raw, ended in self._raw_lines(f):
                 number += 1
-                start, offset = offset, offset + len(raw)
-                if len(raw) > self.max_record_bytes and not raw.endswith(b"\n"):
-                    raise MalformedTranscriptError(
-                        f"{self.path}: line {number} is longer than {self.max_record_bytes} bytes"
-                    )
                 stripped = raw.strip(_WS)
                 if not stripped:
                     continue
                 try:
                     value = loads(stripped)
                 except (ValueError, UnicodeDecodeError) as exc:
-                    torn = not raw.endswith(b"\n")
+                    torn = not ended
                     if torn and self.tolerate != "none":
                         self.notes.append(f"ignored a torn final line {number} (incomplete JSON)")
                         continue

@@ -48,9 +48,13 @@ __all__ = [
 TURN_KEYS = ("role", "content", "tool_calls", "tool_results", "provider", "model", "ts")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Turn:
-    """One canonical turn. ``extra`` holds keys beyond ``TURN_KEYS``, in their read order."""
+    """One canonical turn. ``extra`` holds keys beyond ``TURN_KEYS``, in their read order.
+
+    Not slotted: ``turn_from_json`` fills an instance's ``__dict__`` in one step, because a
+    frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field) would cost more
+    than the rest of reading a turn."""
 
     role: str
     content: Json = None
@@ -194,37 +198,61 @@ def iso_utc(value: Json | datetime) -> str | None:
     return moment.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
 
 
-def _entries(value: Json, what: str, where: str) -> tuple[JsonObject, ...] | None:
+def _entries(value: Json, what: str, where: str | tuple[str, int]) -> tuple[JsonObject, ...] | None:
     if value is None:
         return None
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise MalformedTranscriptError(f"{where}: `{what}` must be a list of objects or null")
-    return tuple(value)
+    if isinstance(value, list):
+        for v in value:
+            if not isinstance(v, dict):
+                break
+        else:
+            return tuple(value)
+    raise MalformedTranscriptError(f"{_where(where)}: `{what}` must be a list of objects or null")
 
 
 def turn_from_json(obj: Json, where: str = "turn") -> Turn:
     """A ``Turn`` from one decoded line; refuses a line that is not a turn."""
+    return _turn(obj, where)
+
+
+def _turn(obj: Json, where: str | tuple[str, int]) -> Turn:
+    """``turn_from_json``; ``where`` may be (file, line), formatted only for an error."""
     if not isinstance(obj, dict):
-        raise MalformedTranscriptError(f"{where}: expected a JSON object, got {_kind(obj)}")
+        raise MalformedTranscriptError(f"{_where(where)}: expected a JSON object, got {_kind(obj)}")
     role = obj.get("role")
     if not isinstance(role, str) or not role:
-        raise MalformedTranscriptError(f"{where}: a turn needs a string `role`")
-    provider, model, ts = obj.get("provider"), obj.get("model"), obj.get("ts")
-    return Turn(
+        raise MalformedTranscriptError(f"{_where(where)}: a turn needs a string `role`")
+    get = obj.get
+    provider, model, ts = get("provider"), get("model"), get("ts")
+    extra: dict[str, Json] = {}
+    if not _TURN_KEY_SET.issuperset(obj):
+        extra = {k: v for k, v in obj.items() if k not in _TURN_KEY_SET}
+    if provider is not None and not isinstance(provider, str):
+        extra["provider"], provider = provider, None  # kept as it was, beside the canonical null
+    if model is not None and not isinstance(model, str):
+        extra["model"], model = model, None
+    if ts is not None and not isinstance(ts, str):
+        extra["ts"], ts = ts, None
+    calls, results = get("tool_calls"), get("tool_results")
+    turn = object.__new__(Turn)
+    turn.__dict__.update(
         role=role,
-        content=obj.get("content"),
-        tool_calls=_entries(obj.get("tool_calls"), "tool_calls", where),
-        tool_results=_entries(obj.get("tool_results"), "tool_results", where),
-        provider=provider if isinstance(provider, str) else None,
-        model=model if isinstance(model, str) else None,
-        ts=ts if isinstance(ts, str) else None,
-        extra={k: v for k, v in obj.items() if k not in TURN_KEYS}
-        | {k: obj[k] for k in ("provider", "model", "ts") if k in obj and _odd(obj[k])},
+        content=get("content"),
+        tool_calls=None if calls is None else _entries(calls, "tool_calls", where),
+        tool_results=None if results is None else _entries(results, "tool_results", where),
+        provider=provider,
+        model=model,
+        ts=ts,
+        extra=extra,
     )
+    return turn
 
 
-def _odd(value: Json) -> bool:
-    return value is not None and not isinstance(value, str)
+def _where(where: str | tuple[str, int]) -> str:
+    return where if isinstance(where, str) else f"{where[0]}: line {where[1]}"
+
+
+_TURN_KEY_SET = frozenset(TURN_KEYS)
 
 
 def _kind(value: Json) -> str:
@@ -235,12 +263,17 @@ def read_turns(
     path: str | os.PathLike[str], *, max_record_bytes: int = MAX_RECORD_BYTES
 ) -> Iterator[Turn]:
     """Stream the turns of a canonical turn file, refusing any line that is not a turn."""
-    source = Path(path)
-    if not source.is_file():
-        raise TranscriptNotFoundError(f"{source}: no such file")
-    lines = JsonLines(source, max_record_bytes=max_record_bytes, tolerate="none")
-    for line in lines:
-        yield turn_from_json(line.value, f"{source}: line {line.number}")
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below; a generator cannot use `with` here
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise TranscriptNotFoundError(f"{os.fspath(path)}: no such file") from None
+    lines = JsonLines(Path(path), max_record_bytes=max_record_bytes, tolerate="none")
+    try:
+        name = str(lines.path)
+        for number, value in lines.values(f):
+            yield _turn(value, (name, number))
+    finally:
+        f.close()
 
 
 def write_turns(path: str | os.PathLike[str], turns: Iterable[Turn | Mapping[str, Json]]) -> int:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_checkpoint.transcripts import MalformedTranscriptError
-from agent_checkpoint.transcripts.jsonio import JsonDocument, JsonLines
+from agent_checkpoint.transcripts.jsonio import BOM, JsonDocument, JsonLines, Line, Tolerance
 
 tricky_text = st.text(alphabet=st.sampled_from('ab"\\[]{},: \n\u2028é😀'), max_size=40)
 records = st.lists(
@@ -124,3 +124,37 @@ def test_lone_surrogates_written_by_javascript_become_replacement_characters(
     path = tmp_path / "t.jsonl"
     path.write_text('{"content": "half an emoji: \\ud83d!"}\n', encoding="utf-8")
     assert [line.value for line in JsonLines(path)] == [{"content": "half an emoji: \ufffd!"}]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"a":1}\n\n  {"b":2}\r\n{"c":3}\n',
+        BOM + b'{"a":1}\n{"b":[1,2]}',  # a BOM, and no final newline
+        b'{"a":1}\n{"b":2',  # a torn final line
+        b'{"a":1}\nnot json\n{"c":3}\n',
+        b"\n\n",
+        b"",
+    ],
+)
+@pytest.mark.parametrize("tolerate", ["none", "torn", "any"])
+def test_small_files_read_whole_give_what_reading_line_by_line_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes, tolerate: Tolerance
+) -> None:
+    from agent_checkpoint.transcripts import jsonio
+
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(content)
+
+    def read() -> tuple[list[Line] | str, list[str]]:
+        lines = JsonLines(path, tolerate=tolerate)
+        try:
+            return list(lines), lines.notes
+        except MalformedTranscriptError as exc:
+            return str(exc), lines.notes
+
+    whole = read()
+    monkeypatch.setattr(jsonio, "_WHOLE", 0)  # every file now takes the line-by-line path
+    assert read() == whole
+    for line in whole[0] if isinstance(whole[0], list) else []:
+        assert list(JsonLines(path).records_at([line.offset])) == [line.value]
