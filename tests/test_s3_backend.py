@@ -5,15 +5,19 @@ and faults between client and server through a TCP proxy."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import botocore.exceptions
 import pytest
+from support.fault_load import (
+    WriterLoop,
+    assert_nothing_acknowledged_was_lost,
+    count_faults,
+    resets_and_refusals,
+)
 from support.faultproxy import FaultProxy
 from support.seaweed import (
     ACCESS_KEY,
@@ -355,92 +359,16 @@ def proxied_store(s3_server: S3Server, proxy: FaultProxy, prefix: str, **options
     return Store(backend, **options)
 
 
-class CountingBackend:
-    """Delegates to a backend, counting the transient faults its saves met before any retry."""
-
-    def __init__(self, backend: Any) -> None:
-        self.inner = backend
-        self.name = backend.name
-        self.transient = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def save(self, record: Any, **options: Any) -> Any:
-        try:
-            return self.inner.save(record, **options)
-        except BackendUnavailableError:
-            self.transient += 1
-            raise
-
-
-@dataclass
-class WriterLoop:
-    """Puts distinct keys (half of them create-only) until stopped, recording each outcome."""
-
-    store: Store
-    acked: dict[str, str] = field(default_factory=dict)
-    failed: list[BaseException] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self, name: str) -> None:
-        i = 0
-        while not self.stop.is_set():
-            key, text = f"{name}-{i}", f"payload {name} {i}"
-            try:
-                self.store.put(checkpoint(key, text=text), key=key, create_only=i % 2 == 0)
-                self.acked[key] = text
-            except Exception as exc:  # every outcome is asserted on below
-                self.failed.append(exc)
-            i += 1
-
-    def during(self, faults: Callable[[], None], writers: int = 3) -> None:
-        threads = [threading.Thread(target=self.run, args=(f"w{n}",)) for n in range(writers)]
-        for t in threads:
-            t.start()
-        try:
-            faults()
-        finally:
-            self.stop.set()
-            for t in threads:
-                t.join(60)
-
-    def acked_after(self, count: int, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        target = len(self.acked) + count
-        while len(self.acked) < target and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(self.acked) >= target, "the writers made no progress"
-
-
 def test_resets_and_refusals_mid_load_lose_no_acknowledged_write(
     s3_server: S3Server, proxy: FaultProxy, client: Any, prefix: str
 ) -> None:
-    counting = CountingBackend(proxied_store(s3_server, proxy, prefix).backend)
-    loop = WriterLoop(Store(counting))
-
-    def faults() -> None:
-        for _ in range(4):
-            loop.acked_after(30)
-            proxy.reset_all()
-            loop.acked_after(10)
-            with proxy.refusing():
-                time.sleep(0.3)
-        loop.acked_after(30)
-
+    counting = count_faults(proxied_store(s3_server, proxy, prefix).backend)
+    loop = WriterLoop(Store(counting), writers=3, patience=30.0)
     with loop.store:
-        loop.during(faults)
+        loop.during(lambda: resets_and_refusals(loop, proxy, between=30, after=10))
     assert counting.transient > 0, "the faults never reached the writers"
     with s3_store(client, prefix) as reader:
-        assert loop.acked
-        for key, text in loop.acked.items():
-            got = reader.get(key)
-            assert got is not None, f"acknowledged write {key!r} was lost"
-            assert got.history[0].content == f"{text} 0"
-        for exc in loop.failed:
-            assert isinstance(exc, BackendUnavailableError), repr(exc)
-            assert (exc.backend, exc.operation) == ("s3", "save")
-            assert str(exc).startswith("s3 save failed")
+        assert_nothing_acknowledged_was_lost(loop, reader, "s3")
         listed = [s.key for s in reader.iter_summaries()]
         assert set(loop.acked) <= set(listed) and len(listed) == len(set(listed))
 

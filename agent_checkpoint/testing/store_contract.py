@@ -1,0 +1,350 @@
+"""The record-level store contract: round trips, revisions, ownership, delete, listing,
+retention, keys and concurrent writers."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import orjson
+import pytest
+
+from ..backends.base import Record, Summary
+from ..envelope import PausedRun, to_paused_envelope
+from ..errors import (
+    ConflictError,
+    InvalidCheckpointError,
+    InvalidKeyError,
+    OwnershipConflictError,
+    UnreadableEnvelopeError,
+    WrongEnvelopeKindError,
+)
+from ..store import MAX_KEY_LENGTH, Store
+from ._samples import AWKWARD_KEYS, checkpoint, stamped
+
+
+def _bare_summary(key: str, size: int) -> Summary:
+    return Summary(key, "run-x", 1, None, None, None, None, 0, size, 0)
+
+
+class _StoreContract:
+    """Subclass and provide a ``store`` fixture yielding an empty ``Store``."""
+
+    # -- absent, round trip --------------------------------------------------------------
+
+    def test_absent_key_reads_as_none(self, store: Store) -> None:
+        assert store.get("never-written") is None
+        assert store.head("never-written") is None
+        assert store.owner("never-written") is None
+        assert "never-written" not in store
+
+    def test_put_then_get_round_trips_value_and_key_order(self, store: Store) -> None:
+        ckpt = checkpoint(principal="alice", agent="billing", failed="tool")
+        summary = store.put(ckpt, key="k1")
+        got = store.get("k1")
+        assert got is not None
+        assert orjson.dumps(got.to_json()) == orjson.dumps(ckpt.to_json())
+        assert summary.key == "k1" and summary.revision == 1
+
+    def test_unknown_fields_survive_the_store(self, store: Store) -> None:
+        doc = checkpoint().to_json()
+        doc["futureField"] = {"z": 1, "a": [1, 2]}
+        doc["history"][0]["futureMessageField"] = True
+        store.put(doc, key="future")
+        got = store.get_json("future")
+        assert got is not None
+        assert list(got["data"]) == list(doc)
+        assert got["data"]["futureField"] == {"z": 1, "a": [1, 2]}
+        assert got["data"]["history"][0]["futureMessageField"] is True
+
+    def test_default_key_is_conversation_id_else_run_id(self, store: Store) -> None:
+        assert store.put(checkpoint("run-a")).key == "run-a"
+        assert store.put(checkpoint("run-b", conversation_id="conv-b")).key == "conv-b"
+        assert store.get("conv-b") is not None
+
+    def test_summary_describes_the_record(self, store: Store) -> None:
+        ckpt = checkpoint("run-s", principal="p", agent="billing", failed="llm", messages=5)
+        summary = store.put(ckpt, key="s")
+        head = store.head("s")
+        assert head == summary
+        assert (summary.run_id, summary.owner, summary.agent_id) == ("run-s", "p", "billing")
+        assert (summary.failure_phase, summary.failure_iteration) == ("llm", 2)
+        assert summary.message_count == 5
+        record = store.get_record("s")
+        assert record is not None and summary.size == len(record.body)
+
+    def test_invalid_checkpoint_is_refused_and_nothing_is_stored(self, store: Store) -> None:
+        doc = checkpoint().to_json()
+        doc["history"].append({"role": "user"})
+        with pytest.raises(InvalidCheckpointError, match=r"history\[2\] is missing text"):
+            store.put(doc, key="bad")
+        assert store.head("bad") is None
+        assert store.list().items == []
+
+    def test_unreadable_record_is_not_reported_absent(self, store: Store) -> None:
+        store.backend.save(Record(_bare_summary("garbled", 20), b"{format=conversation-v1"))
+        with pytest.raises(UnreadableEnvelopeError) as caught:
+            store.get("garbled")
+        assert caught.value.code == "ERR_UNREADABLE_ENVELOPE"
+        assert "garbled" in str(caught.value)
+
+    def test_paused_run_round_trips_and_is_not_read_as_a_conversation(self, store: Store) -> None:
+        paused = PausedRun(
+            checkpoint={"pausedStageId": "s", "sharedState": {}, "subflowPath": []},
+            conversation=checkpoint("run-p", principal="pat"),
+            pending={"question": "ok?", "pauseData": None},
+        )
+        summary = store.put(to_paused_envelope(paused))
+        assert summary.key == "run-p" and summary.owner == "pat"
+        envelope = store.get_envelope("run-p")
+        assert envelope is not None and envelope.format == "flowchart-v1"
+        assert envelope.data == paused
+        with pytest.raises(WrongEnvelopeKindError):
+            store.get("run-p")
+
+    def test_large_record_round_trips(self, store: Store) -> None:
+        ckpt = checkpoint(messages=10, text="x" * (1024 * 1024))
+        store.put(ckpt, key="big")
+        got = store.get("big")
+        assert got is not None and got.history == ckpt.history
+
+    # -- revisions -----------------------------------------------------------------------
+
+    def test_each_write_bumps_the_revision(self, store: Store) -> None:
+        assert [store.put(checkpoint(), key="r").revision for _ in range(3)] == [1, 2, 3]
+
+    def test_if_revision_writes_only_over_that_revision(self, store: Store) -> None:
+        store.put(checkpoint(text="one"), key="cas")
+        assert store.put(checkpoint(text="two"), key="cas", if_revision=1).revision == 2
+        with pytest.raises(ConflictError):
+            store.put(checkpoint(text="three"), key="cas", if_revision=1)
+        got = store.get("cas")
+        assert got is not None and got.history[0].content == "two 0"
+        assert store.head("cas").revision == 2  # type: ignore[union-attr]
+
+    def test_if_revision_on_a_missing_key_conflicts(self, store: Store) -> None:
+        with pytest.raises(ConflictError):
+            store.put(checkpoint(), key="ghost", if_revision=1)
+        assert store.head("ghost") is None
+
+    def test_create_only_refuses_an_existing_key(self, store: Store) -> None:
+        store.put(checkpoint(text="first"), key="once", create_only=True)
+        with pytest.raises(ConflictError):
+            store.put(checkpoint(text="second"), key="once", create_only=True)
+        got = store.get("once")
+        assert got is not None and got.history[0].content == "first 0"
+
+    def test_racing_compare_and_swap_has_one_winner_per_revision(self, store: Store) -> None:
+        store.put(checkpoint(), key="race")
+        wins: list[int] = []
+        losses: list[int] = []
+        barrier = threading.Barrier(8)
+
+        def contender(i: int) -> None:
+            barrier.wait()
+            try:
+                store.put(checkpoint(text=f"w{i}"), key="race", if_revision=1)
+                wins.append(i)
+            except ConflictError:
+                losses.append(i)
+
+        threads = [threading.Thread(target=contender, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(wins) == 1 and len(losses) == 7
+        got = store.get("race")
+        assert got is not None and got.history[0].content == f"w{wins[0]} 0"
+        assert store.head("race").revision == 2  # type: ignore[union-attr]
+
+    # -- ownership (spec §6) -------------------------------------------------------------
+
+    def test_owner_is_derived_from_the_envelope(self, store: Store) -> None:
+        store.put(checkpoint(principal="alice"), key="o")
+        assert store.owner("o") == "alice"
+
+    def test_owner_fills_in_on_a_later_signed_turn(self, store: Store) -> None:
+        store.put(checkpoint(), key="o")
+        assert store.owner("o") is None
+        store.put(checkpoint(principal="alice"), key="o")
+        assert store.owner("o") == "alice"
+
+    def test_owner_survives_a_leaner_turn(self, store: Store) -> None:
+        store.put(checkpoint(principal="alice"), key="o")
+        store.put(checkpoint(), key="o")
+        assert store.owner("o") == "alice"
+        assert [s.key for s in store.list(owner="alice")] == ["o"]
+
+    def test_owner_is_not_taken_by_a_different_signer(self, store: Store) -> None:
+        store.put(checkpoint(principal="alice", text="mine"), key="o")
+        with pytest.raises(OwnershipConflictError):
+            store.put(checkpoint(principal="mallory", text="theirs"), key="o")
+        got = store.get("o")
+        assert got is not None and got.history[0].content == "mine 0"
+        assert store.owner("o") == "alice"
+        assert [s.key for s in store.list(owner="alice")] == ["o"]
+        assert store.list(owner="mallory").items == []
+        assert store.head("o").revision == 1  # type: ignore[union-attr]
+
+    # -- delete --------------------------------------------------------------------------
+
+    def test_delete_removes_record_and_index_entries(self, store: Store) -> None:
+        store.put(checkpoint(principal="alice", agent="a", failed="tool"), key="gone")
+        assert store.delete("gone") is True
+        assert store.get("gone") is None
+        assert store.list().items == []
+        assert store.list(owner="alice").items == []
+        assert store.list(failed=True).items == []
+        assert store.delete("gone") is False
+
+    def test_delete_with_a_stale_revision_conflicts(self, store: Store) -> None:
+        store.put(checkpoint(), key="d")
+        store.put(checkpoint(), key="d")
+        with pytest.raises(ConflictError):
+            store.delete("d", if_revision=1)
+        assert store.get("d") is not None
+        assert store.delete("d", if_revision=2) is True
+
+    def test_a_deleted_key_starts_over(self, store: Store) -> None:
+        store.put(checkpoint(principal="alice"), key="again")
+        store.delete("again")
+        summary = store.put(checkpoint(principal="bob"), key="again")
+        assert summary.revision == 1 and summary.owner == "bob"
+
+    # -- listing -------------------------------------------------------------------------
+
+    def test_list_is_newest_first_with_ties_broken_by_key(self, store: Store) -> None:
+        for key, saved in [("b", 200), ("a", 200), ("c", 100), ("d", 300)]:
+            store.put(stamped(checkpoint(key), saved), key=key)
+        assert [s.key for s in store.list()] == ["d", "a", "b", "c"]
+
+    def test_list_pages_with_a_stable_cursor(self, store: Store) -> None:
+        for i in range(23):
+            store.put(stamped(checkpoint(f"r{i}"), 1000 + i // 3), key=f"k{i:02d}")
+        seen: list[str] = []
+        cursor = None
+        while True:
+            page = store.list(limit=5, cursor=cursor)
+            assert len(page.items) <= 5
+            seen.extend(s.key for s in page)
+            cursor = page.cursor
+            if cursor is None:
+                break
+        expected = [
+            s.key for s in sorted(store.iter_summaries(), key=lambda s: (-s.saved_at, s.key))
+        ]
+        assert seen == expected and len(seen) == 23 and len(set(seen)) == 23
+
+    def test_paging_sees_no_repeats_while_writers_add_newer_records(self, store: Store) -> None:
+        for i in range(10):
+            store.put(stamped(checkpoint(f"r{i}"), 1000 + i), key=f"old{i}")
+        first = store.list(limit=4)
+        store.put(stamped(checkpoint("new"), 5000), key="newer")
+        rest = store.list(limit=100, cursor=first.cursor)
+        keys = [s.key for s in first] + [s.key for s in rest]
+        assert keys == [f"old{i}" for i in range(9, -1, -1)]
+
+    def test_list_filters_combine(self, store: Store) -> None:
+        store.put(
+            stamped(checkpoint("1", principal="al", agent="billing", failed="llm"), 10), key="1"
+        )
+        store.put(stamped(checkpoint("2", principal="al", agent="support"), 20), key="2")
+        store.put(
+            stamped(checkpoint("3", principal="bo", agent="billing", failed="tool"), 30), key="3"
+        )
+        store.put(
+            stamped(checkpoint("4", principal="al", agent="billing", failed="tool"), 40), key="4"
+        )
+
+        def keys(**filters: Any) -> list[str]:
+            return [s.key for s in store.list(**filters)]
+
+        assert keys(owner="al") == ["4", "2", "1"]
+        assert keys(agent_id="billing") == ["4", "3", "1"]
+        assert keys(failed=True) == ["4", "3", "1"]
+        assert keys(failed=False) == ["2"]
+        assert keys(phase="tool") == ["4", "3"]
+        assert keys(owner="al", failed=True) == ["4", "1"]
+        assert keys(owner="al", agent_id="billing", phase="llm") == ["1"]
+        assert keys(before=30) == ["2", "1"]
+        assert keys(since=20, before=40) == ["3", "2"]
+
+    def test_list_rejects_a_malformed_cursor_and_limit(self, store: Store) -> None:
+        with pytest.raises(InvalidKeyError):
+            store.list(cursor="not-a-cursor")
+        with pytest.raises(InvalidKeyError):
+            store.list(limit=0)
+
+    # -- retention -----------------------------------------------------------------------
+
+    def test_forget_older_than_deletes_only_strictly_older_oldest_first(self, store: Store) -> None:
+        for i, saved in enumerate([100, 200, 300, 400, 500]):
+            store.put(stamped(checkpoint(f"r{i}", principal="p"), saved), key=f"k{i}")
+        result = store.forget_older_than(400, limit=2)
+        assert (result.forgotten, result.more) == (2, True)
+        assert [s.key for s in store.list()] == ["k4", "k3", "k2"]
+        result = store.forget_older_than(400, limit=10)
+        assert (result.forgotten, result.more) == (1, False)
+        assert [s.key for s in store.list()] == ["k4", "k3"]
+        assert [s.key for s in store.list(owner="p")] == ["k4", "k3"]
+
+    # -- keys ----------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("key", AWKWARD_KEYS)
+    def test_awkward_keys_round_trip_as_plain_keys(self, store: Store, key: str) -> None:
+        store.put(checkpoint("neighbour"), key="neighbour")
+        store.put(checkpoint("awkward", text=key), key=key)
+        got = store.get(key)
+        assert got is not None and got.history[0].content == f"{key} 0"
+        assert sorted(s.key for s in store.list()) == sorted({key, "neighbour"})
+        assert store.get("neighbour") is not None
+        assert store.delete(key) is True
+        assert [s.key for s in store.list()] == ["neighbour"]
+
+    def test_keys_that_look_alike_are_distinct(self, store: Store) -> None:
+        keys = ["Case", "case", "a/b", "a%2Fb", "a_b", "a b", "x.", "x"]
+        for k in keys:
+            store.put(checkpoint(text=k), key=k)
+        for k in keys:
+            got = store.get(k)
+            assert got is not None and got.history[0].content == f"{k} 0"
+        assert sorted(s.key for s in store.list()) == sorted(keys)
+
+    @pytest.mark.parametrize(
+        "key", ["", "tab\there", "new\nline", "nul\x00", "k" * (MAX_KEY_LENGTH + 1)]
+    )
+    def test_unusable_keys_are_refused_with_a_clear_error(self, store: Store, key: str) -> None:
+        with pytest.raises(InvalidKeyError):
+            store.put(checkpoint(), key=key)
+        assert store.list().items == []
+
+    def test_a_key_the_store_hands_back_is_the_same_address(self, store: Store) -> None:
+        store.put(checkpoint(text="x"), key="weird/../key")
+        listed = store.list().items[0].key
+        assert listed == "weird/../key"
+        assert store.get(listed) is not None
+
+    # -- concurrency ---------------------------------------------------------------------
+
+    def test_concurrent_writers_on_distinct_keys_all_land(self, store: Store) -> None:
+        errors: list[BaseException] = []
+
+        def writer(n: int) -> None:
+            try:
+                for i in range(10):
+                    store.put(checkpoint(f"w{n}-{i}"), key=f"w{n}-{i}")
+            except BaseException as exc:  # surfaced below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        keys = {s.key for s in store.iter_summaries()}
+        assert keys == {f"w{n}-{i}" for n in range(6) for i in range(10)}
+        for key in keys:
+            got = store.get(key)
+            assert got is not None and got.run_id == key
