@@ -242,7 +242,7 @@ class Store:
                             return stored.summary
                     return done
 
-                landed = self._call(append)
+                landed = self.call(append)
                 if landed is not None:
                     self._appender.landed(key, checkpoint, encoded, landed)
                     return landed
@@ -303,7 +303,7 @@ class Store:
                 raise
 
         try:
-            return self._call(save)
+            return self.call(save)
         except ConflictError as exc:
             if attempts > 1 or uncertain:
                 raise WriteOutcomeUnknownError(
@@ -320,7 +320,7 @@ class Store:
 
     def get_record(self, key: str) -> Record | None:
         """The stored bytes and summary, undecoded."""
-        return self._call(lambda: self.backend.load(check_key(key)))
+        return self.call(lambda: self.backend.load(check_key(key)))
 
     def get_envelope(self, key: str) -> Envelope | None:
         record = self.get_record(key)
@@ -337,7 +337,7 @@ class Store:
         return None if envelope is None else conversation_of(envelope)
 
     def head(self, key: str) -> Summary | None:
-        return self._call(lambda: self.backend.head(check_key(key)))
+        return self.call(lambda: self.backend.head(check_key(key)))
 
     def owner(self, key: str) -> str | None:
         """The key's owner; ``None`` for a missing or unowned key."""
@@ -367,12 +367,12 @@ class Store:
                 raise
             return dropped or attempts > 1
 
-        return self._call(drop)
+        return self.call(drop)
 
     def forget_older_than(self, cutoff: datetime | int | float, *, limit: int = 1000) -> Forgotten:
         """Delete records saved strictly before ``cutoff``, oldest first, at most ``limit``."""
         before = to_epoch_ms(cutoff)
-        victims = self._call(
+        victims = self.call(
             lambda: self.backend.scan(
                 Query(saved_before=before, oldest_first=True, limit=limit + 1)
             )
@@ -387,7 +387,7 @@ class Store:
         return Forgotten(forgotten, len(victims) > limit)
 
     def _drop(self, summary: Summary) -> bool:
-        return self._call(lambda: self.backend.drop(summary.key, expect_revision=summary.revision))
+        return self.call(lambda: self.backend.drop(summary.key, expect_revision=summary.revision))
 
     # -- listing -------------------------------------------------------------------------
 
@@ -416,7 +416,7 @@ class Store:
             after=None if cursor is None else decode_cursor(cursor),
             limit=limit + 1,
         )
-        found = self._call(lambda: self.backend.scan(query))
+        found = self.call(lambda: self.backend.scan(query))
         items = found[:limit]
         return Page(items, encode_cursor(items[-1]) if len(found) > limit else None)
 
@@ -436,7 +436,7 @@ class Store:
         """Create what the backend needs (tables, indexes); idempotent. A no-op where none."""
         setup = getattr(self.backend, "setup", None)
         if callable(setup):
-            self._call(setup)
+            self.call(setup)
 
     def close(self) -> None:
         self.backend.close()
@@ -476,9 +476,6 @@ class Store:
 
     def call(self, fn: Callable[[], T]) -> T:
         """Run a backend operation under this store's retry policy."""
-        return self._call(fn)
-
-    def _call(self, fn: Callable[[], T]) -> T:
         for attempt in self.retry.retrying():
             with attempt:
                 return fn()
