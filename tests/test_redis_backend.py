@@ -11,7 +11,9 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
+import orjson
 import pytest
 import redis
 from redis.crc import key_slot
@@ -29,7 +31,7 @@ from agent_checkpoint.errors import (
     UnreadableEnvelopeError,
     UnsupportedOperationError,
 )
-from agent_checkpoint.model import Message
+from agent_checkpoint.model import Message, RunCheckpoint
 from agent_checkpoint.testing import (
     ClaimsConformance,
     EncryptionConformance,
@@ -446,7 +448,7 @@ def grow(store: Store, count: int, principal: str | None = None) -> tuple[Messag
     return history
 
 
-def test_a_growing_history_appends_one_segment_per_put_and_compacts(
+def test_a_growing_history_appends_one_segment_per_put(
     store: Store, client: redis.Redis, prefix: str
 ) -> None:
     assert isinstance(store.backend, Appending)
@@ -459,13 +461,185 @@ def test_a_growing_history_appends_one_segment_per_put_and_compacts(
     assert all(len(s) < 300 for s in client.lrange(segments, 0, -1))
     got = store.get_record("k")
     assert got is not None and got.summary.size == len(got.body) == int(fields[b"size"])
-
-    history = grow(store, RedisBackend.max_segments + 5)
-    assert client.llen(segments) == 5  # the 33rd put rewrote it whole, then 4 appends
-    checkpoint_back = store.get("k")
-    assert checkpoint_back is not None and checkpoint_back.history == history
     assert store.delete("k")
     assert store_keys(client, prefix) == []  # record, segments and every index entry
+
+
+class CountingRedisBackend(RedisBackend):
+    """Counts the Store's full (split) writes and its appends."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.full_writes = 0
+        self.appends: list[bool] = []  # whether each append landed
+
+    def save_split(self, record: Record, split: Split, **kwargs: Any) -> Summary:
+        self.full_writes += 1
+        return super().save_split(record, split, **kwargs)
+
+    def append(self, summary: Summary, split: Split, **kwargs: Any) -> Summary | None:
+        landed = super().append(summary, split, **kwargs)
+        self.appends.append(landed is not None)
+        return landed
+
+
+def whole_bytes(ckpt: RunCheckpoint, saved_at: int) -> bytes:
+    """What a single full write of ``ckpt`` stores."""
+    return orjson.dumps({"format": "conversation-v1", "data": ckpt.to_json(), "savedAt": saved_at})
+
+
+@pytest.mark.parametrize("ttl", [None, 3600.0])
+def test_growth_past_the_segment_limit_merges_on_the_server_and_stays_exact(
+    client: redis.Redis, prefix: str, ttl: float | None
+) -> None:
+    backend = CountingRedisBackend(client, prefix=prefix, ttl=ttl)
+    backend.max_segments = 6  # an instance's limit: the script takes it as an argument
+    store = Store(backend)
+    segments = f"{{{prefix}}}:s:k"
+    base = checkpoint("r", principal="al", agent="billing")
+    history: tuple[Message, ...] = ()
+    lengths = []
+    for i in range(40):
+        history = (*history, Message("user", f"message {i} " + "ü" * (i % 5)))
+        ckpt = base.evolve(history=history, last_completed_iteration=i)
+        summary = store.put(ckpt, key="k")
+        lengths.append(client.llen(segments))
+        stored = store.get_record("k")
+        assert stored is not None and stored.body == whole_bytes(ckpt, summary.saved_at)
+        assert summary.size == len(stored.body) == stored.summary.size
+        assert stored.summary == summary
+        if ttl is not None:
+            assert client.pttl(segments) > 3_000_000
+        else:
+            assert client.pttl(segments) == -1
+    # One full write; every later put appended, the merges included: nothing was resent.
+    assert backend.full_writes == 1 and backend.appends == [True] * 39
+    assert max(lengths) == 6
+    # The 7th put found 6 segments: merged into one, then its own appended; and so on.
+    assert lengths[:14] == [1, 2, 3, 4, 5, 6, 2, 3, 4, 5, 6, 2, 3, 4]
+    assert int(client.hget(f"{{{prefix}}}:r:k", "segs") or 0) == lengths[-1]
+    assert store.head("k").revision == 40  # type: ignore[union-attr]
+    assert [s.key for s in store.list(owner="al", agent_id="billing")] == ["k"]
+    got = store.get("k")
+    assert got is not None and got.history == history
+    assert store.delete("k")
+    assert store_keys(client, prefix) == []
+
+
+def test_an_append_at_the_limit_merges_exactly_as_assemble_joins(
+    client: redis.Redis, prefix: str
+) -> None:
+    backend = RedisBackend(client, prefix=prefix)
+    backend.max_segments = 4
+    segments_key = f"{{{prefix}}}:s:k"
+    head = b'{"h":[\x00],"n":0}'
+    parts = [b"", b"1", b"", b"2,3", b"4", b"", b"5", b""]  # empty: puts with no new message
+    first, size = split_of(head, parts[0])
+    backend.save_split(Record(summary("k", size), assemble(head, parts[:1])), first)
+    digest = first.digest
+    lists = [client.lrange(segments_key, 0, -1)]
+    for n in range(2, len(parts) + 1):
+        split, size = split_of(head, *parts[:n])
+        landed = backend.append(summary("k", size), split, base_revision=n - 1, base_digest=digest)
+        assert landed is not None and (landed.revision, landed.size) == (n, size)
+        digest = split.digest
+        loaded = backend.load("k")
+        assert loaded is not None and loaded.body == assemble(head, parts[:n])
+        stored = client.lrange(segments_key, 0, -1)
+        assert len(stored) <= 4 and assemble(head, stored) == loaded.body
+        lists.append(stored)
+    # At 4 segments ("", "1", "", "2,3") the append of "4" merged them into "1,2,3" (the empty
+    # ones dropped, as assemble drops them); at ("1,2,3", "4", "", "5") the append of "" did.
+    assert lists[4:] == [
+        [b"1,2,3", b"4"],
+        [b"1,2,3", b"4", b""],
+        [b"1,2,3", b"4", b"", b"5"],
+        [b"1,2,3,4,5", b""],
+    ]
+    split, size = split_of(head, *parts, b"6")
+    assert backend.append(summary("k", size), split, base_revision=8, base_digest=digest)
+    assert client.lrange(segments_key, 0, -1) == [b"1,2,3,4,5", b"", b"6"]
+    loaded = backend.load("k")
+    assert loaded is not None and loaded.body == b'{"h":[1,2,3,4,5,6],"n":0}'
+
+
+def test_a_refused_append_at_the_limit_merges_nothing(client: redis.Redis, prefix: str) -> None:
+    backend = RedisBackend(client, prefix=prefix)
+    backend.max_segments = 3
+    head = b"[\x00]"
+    parts = [b"1", b"2", b"3"]
+    first, size = split_of(head, b"1")
+    backend.save_split(Record(summary("k", size, owner="al"), b"[1]"), first)
+    digest = first.digest
+    for n in (2, 3):
+        split, size = split_of(head, *parts[:n])
+        assert backend.append(summary("k", size), split, base_revision=n - 1, base_digest=digest)
+        digest = split.digest
+    split, size = split_of(head, *parts, b"4")
+    grown = summary("k", size)
+    snapshot = {k: client.dump(k) for k in store_keys(client, prefix)}
+    for revision, base_digest in ((2, digest), (4, digest), (3, first.digest), (3, "")):
+        assert backend.append(grown, split, base_revision=revision, base_digest=base_digest) is None
+        assert {k: client.dump(k) for k in store_keys(client, prefix)} == snapshot
+    with pytest.raises(OwnershipConflictError):
+        backend.append(
+            summary("k", size, owner="mallory"), split, base_revision=3, base_digest=digest
+        )
+    assert {k: client.dump(k) for k in store_keys(client, prefix)} == snapshot
+    # A list that lost a segment is not merged (the loss would become silent): refused too.
+    client.rpop(f"{{{prefix}}}:s:k")
+    snapshot = {k: client.dump(k) for k in store_keys(client, prefix)}
+    assert backend.append(grown, split, base_revision=3, base_digest=digest) is None
+    assert {k: client.dump(k) for k in store_keys(client, prefix)} == snapshot
+    client.rpush(f"{{{prefix}}}:s:k", b"3")
+    landed = backend.append(grown, split, base_revision=3, base_digest=digest)
+    assert landed is not None and landed.revision == 4 and landed.owner == "al"
+    assert client.lrange(f"{{{prefix}}}:s:k", 0, -1) == [b"1,2,3", b"4"]
+    loaded = backend.load("k")
+    assert loaded is not None and loaded.body == b"[1,2,3,4]"
+
+
+def test_a_store_with_a_lost_segment_at_the_limit_rewrites_the_record_whole(
+    client: redis.Redis, prefix: str
+) -> None:
+    backend = CountingRedisBackend(client, prefix=prefix)
+    backend.max_segments = 4
+    store = Store(backend)
+    base = checkpoint("r")
+    history: tuple[Message, ...] = ()
+    for i in range(5):
+        if i == 4:
+            client.rpop(f"{{{prefix}}}:s:k")
+        history = (*history, Message("user", f"message {i}"))
+        store.put(base.evolve(history=history), key="k")
+    # The fifth put: a refused append (nothing merged), then a full write.
+    assert backend.full_writes == 2 and backend.appends == [True, True, True, False]
+    assert client.llen(f"{{{prefix}}}:s:k") == 1
+    got = store.get("k")
+    assert got is not None and got.history == history
+
+
+def test_the_default_limit_of_1024_segments_is_reached_then_merged(
+    client: redis.Redis, prefix: str
+) -> None:
+    assert RedisBackend.max_segments == 1024
+    backend = RedisBackend(client, prefix=prefix)
+    head = b"[\x00]"
+    parts = [str(i).encode() for i in range(backend.max_segments + 1)]
+    first, size = split_of(head, parts[0])
+    backend.save_split(Record(summary("k", size), b"[0]"), first)
+    digest = first.digest
+    for n in range(2, len(parts) + 1):
+        size += 1 + len(parts[n - 1])
+        split = Split(head, parts[n - 1], chain(digest, parts[n - 1]))
+        landed = backend.append(summary("k", size), split, base_revision=n - 1, base_digest=digest)
+        assert landed is not None and landed.size == size
+        digest = split.digest
+        if n == backend.max_segments:
+            assert client.llen(f"{{{prefix}}}:s:k") == backend.max_segments
+    assert client.llen(f"{{{prefix}}}:s:k") == 2
+    loaded = backend.load("k")
+    assert loaded is not None and loaded.body == b"[" + b",".join(parts) + b"]"
 
 
 def test_retention_removes_the_segments_of_a_record(
@@ -560,3 +734,32 @@ def test_a_record_missing_a_segment_reads_unreadable_not_shorter(
     assert record is not None and b"\x00" in record.body
     with pytest.raises(UnreadableEnvelopeError):
         store.get("k")
+
+
+def test_a_put_and_a_get_are_each_one_round_trip(
+    client: redis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = RedisBackend(client, prefix=prefix)
+    backend.max_segments = 3
+    store = Store(backend)
+    sent: list[int] = []
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(self: Any, command: Any, check_health: bool = True) -> None:
+        sent.append(1)
+        send(self, command, check_health)
+
+    base = checkpoint("r", principal="al")
+    history = (Message("user", "message 0"),)
+    store.put(base.evolve(history=history), key="k")  # checks durability, loads the script
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
+    for i in range(1, 6):  # appends, one of them merging at the limit
+        history = (*history, Message("user", f"message {i}"))
+        sent.clear()
+        store.put(base.evolve(history=history), key="k")
+        assert len(sent) == 1
+        sent.clear()
+        got = store.get("k")
+        assert len(sent) == 1 and got is not None and got.history == history
+    sent.clear()
+    assert store.get("missing") is None and len(sent) == 1

@@ -6,7 +6,9 @@ shard across nodes with several prefixes):
 - ``{P}:r:<key>``: hash of one record: its summary fields and its index positions, plus either
   ``body`` (a whole record) or, for a record stored in segments (``segments.py``), ``head``,
   ``dig`` (the segments' digest) and ``segs`` (how many there are).
-- ``{P}:s:<key>``: list of a split record's history segments, in order.
+- ``{P}:s:<key>``: list of a split record's history segments, in order: at most
+  ``max_segments`` (at least 2); an append to a record at the limit first merges them into one,
+  in the same script.
 - ``{P}:new``, ``{P}:o:<owner>``, ``{P}:a:<agent>``, ``{P}:f``, ``{P}:p:<phase>``: sorted sets,
   score 0, members ``<17 digits: OFFSET - 1 - saved_at>:<key>``, so lexicographic order is
   (saved_at DESC, key ASC) and a keyset position is a ZRANGEBYLEX bound.
@@ -15,7 +17,8 @@ shard across nodes with several prefixes):
 
 With ``ttl`` every write gives each per-record key (the hash, and the segment list of a split
 record) the same fresh expiry; index members of expired records are skipped and removed when a
-scan meets them, or by ``repair``. The scripts live in ``redis_scripts.py``.
+scan meets them, or by ``repair``. Writes are Lua scripts (``redis_scripts.py``); ``load`` is one
+MULTI/EXEC of HMGET and LRANGE. A put and a get are one round trip each.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from ..errors import (
     UnsupportedOperationError,
 )
 from .base import Query, Record, Summary, is_after, matches, translate_errors
-from .redis_scripts import DROP, LOAD, PAGE, WRITE
+from .redis_scripts import DROP, PAGE, WRITE
 from .segments import Split, assemble
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend", "VolatileRedisWarning"]
@@ -55,6 +58,7 @@ MAX_BATCH = 2000
 
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, TryAgainError, ReadOnlyError)
 FIELDS = ("run", "at", "own", "agent", "phase", "iter", "msgs", "size", "rev")
+LOADED = ["body", "head", "segs", *FIELDS]
 
 
 class VolatileRedisWarning(RuntimeWarning):
@@ -63,7 +67,7 @@ class VolatileRedisWarning(RuntimeWarning):
 
 class RedisBackend:
     name = "redis"
-    max_segments = 32
+    max_segments = 1024
 
     def __init__(
         self,
@@ -90,7 +94,6 @@ class RedisBackend:
         self._base = f"{{{prefix}}}:"
         self._write = client.register_script(WRITE)
         self._drop = client.register_script(DROP)
-        self._load = client.register_script(LOAD)
         self._page = client.register_script(PAGE)
         self._checked = False
         self._check_lock = threading.Lock()
@@ -121,12 +124,16 @@ class RedisBackend:
     # -- records -------------------------------------------------------------------------
 
     def load(self, key: str) -> Record | None:
+        # One round trip, one consistent snapshot: MULTI, HMGET, LRANGE, EXEC in one write. A
+        # transaction, not a script: Lua would copy every segment into a Lua string and back.
+        record, segs = self._keys(key)
         with self._errors("load"):
-            reply: list[Any] = self._load(self._keys(key))
-        row = reply[0]
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hmget(record, LOADED)
+            pipe.lrange(segs, 0, -1)
+            row, segments = pipe.execute()
         body, head, count = row[:3]
         if head is not None:
-            segments: list[bytes] = reply[1]
             if count is None or int(count) != len(segments):
                 body = head  # a lost segment: the head alone does not decode (unreadable)
             else:
@@ -325,8 +332,11 @@ class RedisBackend:
             if self._checked:
                 return
             try:
-                appendonly = self._client.config_get("appendonly").get("appendonly")
-                save = self._client.config_get("save").get("save")
+                pipe = self._client.pipeline(transaction=False)  # one round trip
+                pipe.config_get("appendonly")
+                pipe.config_get("save")
+                replies = pipe.execute()
+                appendonly, save = replies[0].get("appendonly"), replies[1].get("save")
             except ResponseError:
                 self._checked = True  # CONFIG renamed or denied (managed Redis): cannot tell
                 return

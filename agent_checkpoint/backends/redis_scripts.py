@@ -7,7 +7,7 @@ for scripts without a shebang).
 
 from __future__ import annotations
 
-__all__ = ["DROP", "LOAD", "PAGE", "WRITE"]
+__all__ = ["DROP", "PAGE", "WRITE"]
 
 # Shared by WRITE and DROP: remove the index members of the summary stored now, where ``cur``
 # starts with HMGET rev own sn so agent phase.
@@ -34,9 +34,13 @@ end
 # - "save": plan_save's rules, in its order (create_only, then the expected revision, then the
 #   owner); stores ``body`` whole and deletes any segments;
 # - "split": the same rules; stores a head, one segment and the segments' digest;
-# - "append": applies only when the record is split, at the base revision, with the base digest
-#   and fewer than the maximum segments (otherwise "stale", nothing changed); then the owner rule;
-#   replaces the head, pushes one segment, stores the new digest.
+# - "append": applies only when the record is split, at the base revision and with the base
+#   digest (otherwise "stale", nothing changed); then the owner rule; replaces the head, pushes
+#   one segment, stores the new digest. A record that already holds the maximum segments first
+#   has them merged into one, here in the same atomic step, joined exactly as
+#   ``segments.assemble`` joins them (non-empty segments, separated by ","), so the assembled
+#   bytes never change; a list that does not hold ``segs`` segments (one was lost) is not merged
+#   (that would hide the loss): "stale", and the writer rewrites the record whole.
 # Every mode rewrites the summary fields and moves every index entry, and with a ttl refreshes
 # the expiry of every key of the record.
 # KEYS: record hash, segment list. ARGV: 1 base, 2 key, 3 mode, 4 create_only ("1"), 5 expected
@@ -50,11 +54,16 @@ WRITE = (
 local rec, segs, key, mode = KEYS[1], KEYS[2], ARGV[2], ARGV[3]
 local cur = redis.call("HMGET", rec, "rev", "own", "sn", "so", "agent", "phase", "dig", "segs")
 local rev = cur[1]
+local merged
 if mode == "append" then
-  local count = tonumber(cur[8] or "")
-  if not rev or rev ~= ARGV[5] or not cur[7] or cur[7] ~= ARGV[20] or not count
-    or count >= tonumber(ARGV[21]) then
+  if not rev or rev ~= ARGV[5] or not cur[7] or cur[7] ~= ARGV[20] or not cur[8] then
     return {"stale"}
+  end
+  if tonumber(cur[8]) >= tonumber(ARGV[21]) then
+    local parts, kept = redis.call("LRANGE", segs, 0, -1), {}
+    if #parts ~= tonumber(cur[8]) then return {"stale"} end
+    for _, s in ipairs(parts) do if s ~= "" then kept[#kept + 1] = s end end
+    merged = table.concat(kept, ",")
   end
 else
   if rev and ARGV[4] == "1" then return {"exists", rev} end
@@ -78,8 +87,17 @@ if mode == "save" then
   table.insert(f, "size"); table.insert(f, string.len(ARGV[6]))
 else
   local count = 1
-  if mode == "append" then count = tonumber(cur[8]) + 1 else redis.call("DEL", segs) end
-  redis.call("RPUSH", segs, ARGV[17])
+  if merged then
+    redis.call("DEL", segs)
+    redis.call("RPUSH", segs, merged, ARGV[17])
+    count = 2
+  elseif mode == "append" then
+    redis.call("RPUSH", segs, ARGV[17])
+    count = tonumber(cur[8]) + 1
+  else
+    redis.call("DEL", segs)
+    redis.call("RPUSH", segs, ARGV[17])
+  end
   table.insert(f, "head"); table.insert(f, ARGV[6])
   table.insert(f, "dig"); table.insert(f, ARGV[18])
   table.insert(f, "segs"); table.insert(f, string.format("%d", count))
@@ -120,16 +138,6 @@ redis.call("DEL", KEYS[1], KEYS[2])
 return {"dropped"}
 """
 )
-
-# A record as one consistent snapshot: {row} for a whole record, {row, segments} for a split
-# one, where row is HMGET body head segs and the summary fields (``FIELDS`` in redis.py).
-# KEYS: record hash, segment list.
-LOAD = """
-local row = redis.call("HMGET", KEYS[1], "body", "head", "segs", "run", "at", "own", "agent",
-  "phase", "iter", "msgs", "size", "rev")
-if row[2] then return {row, redis.call("LRANGE", KEYS[2], 0, -1)} end
-return {row}
-"""
 
 # One batch of an index, checked against the records in the same atomic step: a member whose
 # record is gone (expired) or no longer matches that index is removed, never returned.
