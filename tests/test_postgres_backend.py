@@ -4,6 +4,7 @@ Fault tests live in test_postgres_faults.py."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import time
@@ -12,6 +13,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 from psycopg import sql
@@ -33,7 +35,7 @@ from agent_checkpoint.errors import (
     OwnershipConflictError,
     UnreadableEnvelopeError,
 )
-from agent_checkpoint.model import Message
+from agent_checkpoint.model import Message, RunCheckpoint
 from agent_checkpoint.store import NO_RETRY
 from agent_checkpoint.testing import (
     ClaimsConformance,
@@ -623,7 +625,7 @@ def test_setup_upgrades_a_store_made_by_the_previous_ledger(
         got = store.get("old")
         assert got is not None and got.history[0].content == "before the upgrade 0"
         grow(store, 3, key="old")
-        assert segment_rows(admin, schema, "old") == 3
+        assert segment_rows(admin, schema, "old") == 1  # three appends joined into one row
         store.setup()  # and again: nothing left to apply
         assert len(ledger(admin, schema)) == len(MIGRATIONS)
 
@@ -648,6 +650,29 @@ def grow(
         history = (*history, Message("user", f"message {i} " + "x" * 200))
         store.put(base.evolve(history=history), key=key)
     return history
+
+
+def one_row_per_append(store: Store, max_segments: int | None = None) -> PostgresBackend:
+    """The store's backend, set to store each append as its own row (and to merge at
+    ``max_segments`` rows, when given): the shapes that joining rows otherwise hides."""
+    backend = store.backend
+    assert isinstance(backend, PostgresBackend)
+    backend.chunk_bytes = 0
+    if max_segments is not None:
+        backend.max_segments = max_segments
+    return backend
+
+
+def segment_sizes(admin: Admin, schema: str, key: str) -> list[int]:
+    query = sql.SQL("SELECT octet_length(data) FROM {} WHERE key = %s ORDER BY seq").format(
+        sql.Identifier(schema, "agent_checkpoints_segments")
+    )
+    return [int(n) for (n,) in admin.execute(query, (key,)).fetchall()]
+
+
+def whole_bytes(ckpt: RunCheckpoint, saved_at: int) -> bytes:
+    """What a full write of ``ckpt`` stores."""
+    return orjson.dumps({"format": "conversation-v1", "data": ckpt.to_json(), "savedAt": saved_at})
 
 
 def segment_rows(admin: Admin, schema: str, key: str | None = None) -> int:
@@ -682,10 +707,11 @@ def snapshot(admin: Admin, schema: str) -> list[Any]:
     ]
 
 
-def test_a_growing_history_appends_one_segment_row_per_put_and_compacts(
+def test_a_growing_history_appends_one_segment_row_per_put_and_merges_when_full(
     store: Store, admin: Admin, schema: str
 ) -> None:
     assert isinstance(store.backend, Appending)
+    backend = one_row_per_append(store)
     grow(store, 10)
     assert segment_rows(admin, schema, "k") == 10  # one small row per put, not a rewrite
     body, head, digest, count, size, revision = stored_row(admin, schema, "k")
@@ -694,17 +720,65 @@ def test_a_growing_history_appends_one_segment_row_per_put_and_compacts(
     got = store.get_record("k")
     assert got is not None and got.summary.size == len(got.body) == size
 
-    history = grow(store, PostgresBackend.max_segments + 5)
-    assert segment_rows(admin, schema, "k") == 5  # the 33rd put rewrote it whole, then 4 appends
+    history = grow(store, backend.max_segments + 5)
+    # The first put of the new history wrote it whole; the put after the record reached
+    # max_segments rows merged them into one on the server and added its own, then 4 appends.
+    assert segment_rows(admin, schema, "k") == 6
     back = store.get("k")
     assert back is not None and back.history == history
     assert store.delete("k")
     assert segment_rows(admin, schema) == 0
 
 
+def test_appends_join_onto_the_last_row_up_to_chunk_bytes(
+    store: Store, admin: Admin, schema: str
+) -> None:
+    backend = store.backend
+    assert isinstance(backend, PostgresBackend)
+    history = grow(store, 60)  # messages of ~240 bytes
+    sizes = segment_sizes(admin, schema, "k")
+    assert 1 < len(sizes) < 10 and max(sizes) <= backend.chunk_bytes
+    assert stored_row(admin, schema, "k")[3] == len(sizes)
+    back = store.get("k")
+    assert back is not None and back.history == history
+    # A big message gets a row of its own: nothing is joined past chunk_bytes.
+    big = (*history, Message("user", "y" * backend.chunk_bytes))
+    store.put(checkpoint("r").evolve(history=big), key="k")
+    after = segment_sizes(admin, schema, "k")
+    assert after[:-1] == sizes and after[-1] > backend.chunk_bytes
+    back = store.get("k")
+    assert back is not None and back.history == big
+
+
+@pytest.mark.parametrize("chunk_bytes", [0, 4096])
+def test_appends_past_max_segments_read_back_as_a_full_write(
+    store: Store, admin: Admin, schema: str, chunk_bytes: int
+) -> None:
+    backend = one_row_per_append(store, max_segments=5)
+    backend.chunk_bytes = chunk_bytes
+    base = checkpoint("r")
+    history: tuple[Message, ...] = ()
+    counts = []
+    for i in range(40):
+        # Every seventh put adds no message (an empty segment); sizes vary around the limit.
+        if i % 7 != 3:
+            history = (*history, Message("user", f"m{i} " + "z" * (i * 97 % 1500)))
+        ckpt = base.evolve(history=history)
+        summary = store.put(ckpt, key="k")
+        counts.append(segment_rows(admin, schema, "k"))
+        record = store.get_record("k")
+        assert record is not None and record.body == whole_bytes(ckpt, summary.saved_at)
+        assert record.summary == summary and summary.size == len(record.body)
+        assert stored_row(admin, schema, "k")[3] == counts[-1]
+    assert max(counts) <= backend.max_segments
+    assert any(b < a for a, b in itertools.pairwise(counts))  # merges happened
+    assert store.head("k").revision == 40  # type: ignore[union-attr]  # never a rewrite
+
+
 def test_retention_removes_the_segments_of_a_record(
     store: Store, admin: Admin, schema: str
 ) -> None:
+    one_row_per_append(store)
     grow(store, 5, principal="al")
     old = store.head("k")
     time.sleep(0.01)  # the young record is saved in a later millisecond
@@ -717,6 +791,7 @@ def test_retention_removes_the_segments_of_a_record(
 def test_a_whole_write_over_a_record_in_segments_removes_its_segments(
     store: Store, admin: Admin, schema: str
 ) -> None:
+    one_row_per_append(store)
     grow(store, 6)
     stored = store.get_record("k")
     assert stored is not None
@@ -813,23 +888,151 @@ def test_an_append_applies_only_to_the_record_it_extends(
     assert loaded is not None and loaded.body == b"[1,2]"
 
 
-def test_an_append_to_a_full_record_is_refused(store: Store, admin: Admin, schema: str) -> None:
-    backend = store.backend
-    assert isinstance(backend, PostgresBackend)
-    segments = [str(i).encode() for i in range(backend.max_segments + 1)]
+def fill(
+    backend: PostgresBackend, segments: list[bytes], *, owner: str | None = None
+) -> tuple[Split, int]:
+    """Store ``segments`` under ``k``: a split write of the first, then an append of each
+    other; the last split and the record's revision."""
     split, size = split_of(b"[\x00]", *segments[:1])
-    backend.save_split(Record(summary("k", size), b"[0]"), split)
-    for n in range(2, backend.max_segments + 2):
-        split, size = split_of(b"[\x00]", *segments[:n])
+    whole = Record(summary("k", size, owner=owner), assemble(b"[\x00]", segments[:1]))
+    backend.save_split(whole, split)
+    for n in range(2, len(segments) + 1):
         base = split_of(b"[\x00]", *segments[: n - 1])[0].digest
+        split, size = split_of(b"[\x00]", *segments[:n])
         landed = backend.append(summary("k", size), split, base_revision=n - 1, base_digest=base)
-        assert (landed is not None) == (n <= backend.max_segments)
-    assert segment_rows(admin, schema, "k") == backend.max_segments
+        assert landed is not None and landed.revision == n
+    return split, len(segments)
+
+
+def test_an_append_to_a_full_record_merges_its_rows_on_the_server(
+    store: Store, admin: Admin, schema: str
+) -> None:
+    backend = one_row_per_append(store, max_segments=6)
+    # Empty segments are kept out of the join, exactly as assemble does.
+    segments = [b"0", b"", b"2", b"3", b"", b"5", b"6", b"7", b"", b"", b"10", b"11", b"12"]
+    rows = []
+    for n in range(1, len(segments) + 1):
+        fill_to = segments[:n]
+        if n == 1:
+            fill(backend, fill_to)
+        else:
+            base = split_of(b"[\x00]", *segments[: n - 1])[0].digest
+            split, size = split_of(b"[\x00]", *fill_to)
+            landed = backend.append(
+                summary("k", size), split, base_revision=n - 1, base_digest=base
+            )
+            assert landed is not None and (landed.revision, landed.size) == (n, size)
+        rows.append(segment_rows(admin, schema, "k"))
+        loaded = backend.load("k")
+        assert loaded is not None and loaded.body == assemble(b"[\x00]", fill_to)
+        assert stored_row(admin, schema, "k")[3] == rows[-1] <= backend.max_segments
+    # Empty segments take no row; the append after the sixth row merges to one plus its own.
+    assert rows == [1, 1, 2, 3, 3, 4, 5, 6, 6, 6, 2, 3, 4]
+    assert segment_sizes(admin, schema, "k")[0] == len(b"0,2,3,5,6,7")
+
+
+def test_a_refused_append_to_a_full_record_changes_nothing(
+    store: Store, admin: Admin, schema: str
+) -> None:
+    backend = one_row_per_append(store, max_segments=4)
+    segments = [b"1", b"2", b"3", b"4"]
+    last, revision = fill(backend, segments, owner="al")
+    split, size = split_of(b"[\x00]", *segments, b"5")
+    before = snapshot(admin, schema)
+    for base_revision, base_digest in (
+        (revision - 1, last.digest),
+        (revision, chain("", b"other")),
+        (revision + 1, last.digest),
+    ):
+        refused = backend.append(
+            summary("k", size), split, base_revision=base_revision, base_digest=base_digest
+        )
+        assert refused is None
+    with pytest.raises(OwnershipConflictError):
+        backend.append(
+            summary("k", size, owner="mallory"),
+            split,
+            base_revision=revision,
+            base_digest=last.digest,
+        )
+    assert snapshot(admin, schema) == before
+    landed = backend.append(
+        summary("k", size), split, base_revision=revision, base_digest=last.digest
+    )
+    assert landed is not None and segment_rows(admin, schema, "k") == 2
+    loaded = backend.load("k")
+    assert loaded is not None and loaded.body == b"[1,2,3,4,5]"
+
+
+def test_a_full_record_missing_a_row_is_not_merged_but_rewritten(
+    store: Store, admin: Admin, schema: str
+) -> None:
+    backend = one_row_per_append(store, max_segments=4)
+    base = checkpoint("r")
+    history = grow(store, 4)
+    admin.execute(
+        sql.SQL("DELETE FROM {} WHERE key = 'k' AND seq = 1").format(
+            sql.Identifier(schema, "agent_checkpoints_segments")
+        )
+    )
+    before = snapshot(admin, schema)
+    last = split_of(b"[\x00]", b"x")[0]
+    row = stored_row(admin, schema, "k")
+    refused = backend.append(summary("k", 1), last, base_revision=row[5], base_digest=row[2])
+    assert refused is None and snapshot(admin, schema) == before  # no merge over a hole
+    # The Store's put falls back to a full write, which repairs the record.
+    history = (*history, Message("user", "after the hole"))
+    summary_ = store.put(base.evolve(history=history), key="k")
+    assert segment_rows(admin, schema, "k") == 1
+    back = store.get("k")
+    assert back is not None and back.history == history and summary_.revision == row[5] + 1
+
+
+def test_a_record_written_before_compressed_segments_upgrades_and_keeps_growing(
+    admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    previous = MIGRATIONS[:3]  # history segments, one row per append, default storage
+    assert [v for v, _, _ in previous] == [1, 2, 3]
+    storage = sql.SQL(
+        "SELECT attstorage FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'data'"
+    )
+    segs = f'"{schema}".agent_checkpoints_segments'
+    history: tuple[Message, ...] = ()
+    base = checkpoint("r")
+    with open_pg(schema) as store:
+        with monkeypatch.context() as m:
+            m.setattr(postgres, "MIGRATIONS", previous)
+            store.setup()
+        for i in range(5):  # rows as the previous library wrote them: one per append
+            history = (*history, Message("user", f"old {i} " + "o" * 3000))
+            store.put(base.evolve(history=history), key="k")
+        assert segment_rows(admin, schema, "k") == 5
+        assert ledger(admin, schema) == [(v, n) for v, n, _ in previous]
+        assert admin.execute(storage, (segs,)).fetchone() == ("x",)
+        old = store.get_record("k")
+
+        store.setup()
+        assert ledger(admin, schema) == [(v, n) for v, n, _ in MIGRATIONS]
+        assert admin.execute(storage, (segs,)).fetchone() == ("m",)
+        assert store.get_record("k") == old
+        for i in range(5):  # appends onto the rows written before the upgrade
+            history = (*history, Message("user", f"new {i} " + "n" * 500))
+            ckpt = base.evolve(history=history)
+            done = store.put(ckpt, key="k")
+        assert done.revision == 10 and segment_rows(admin, schema, "k") == 6
+        record = store.get_record("k")
+        assert record is not None and record.body == whole_bytes(ckpt, done.saved_at)
+        store.setup()
+        assert len(ledger(admin, schema)) == len(MIGRATIONS)
+    with open_pg(schema) as other:  # a store without the tail reads the same bytes
+        again = other.get_record("k")
+        assert again is not None and again.body == record.body
 
 
 def test_a_record_missing_a_segment_reads_unreadable_not_shorter(
     store: Store, admin: Admin, schema: str
 ) -> None:
+    one_row_per_append(store)
     grow(store, 3)
     admin.execute(
         sql.SQL("DELETE FROM {} WHERE key = 'k' AND seq = 2").format(

@@ -5,9 +5,11 @@ in the ledger table ``LEDGER`` of the same schema (``postgres_schema.py``).
 
 A record stored in segments (``segments.py``) has an empty ``body``, its head in ``head``, its
 digest and segment count in ``digest`` and ``segments``, and its history segments as rows of
-``<table>_segments`` keyed ``(key, seq)``. ``load`` assembles them from one statement (one snapshot); ``append`` is
-one statement, a conditional ``UPDATE`` of the record row plus the ``INSERT`` of the segment,
-so it applies atomically or not at all.
+``<table>_segments`` keyed ``(key, seq)`` (a row may hold several appended segments, joined as
+``assemble`` joins them). ``load`` assembles them from one statement (one snapshot); ``append``
+is one statement, a conditional ``UPDATE`` of the record row plus the write of the segment
+(merging the record's segment rows into one first once it holds ``max_segments``), so it
+applies atomically or not at all.
 """
 
 from __future__ import annotations
@@ -67,7 +69,11 @@ _URL_OPTIONS = ("schema", "table", "min_size", "max_size", "pool_timeout")
 
 class PostgresBackend:
     name = "postgres"
-    max_segments = 32
+    max_segments = 1024
+    chunk_bytes = 4096
+    """An appended segment is joined onto the record's last segment row while that row stays
+    within this many bytes: rows of a few messages, which the server compresses (a row of one
+    ~1 KB message is below the size PostgreSQL compresses at)."""
 
     def __init__(
         self,
@@ -117,25 +123,65 @@ class PostgresBackend:
         self._add_segment = sql.SQL("INSERT INTO {} (key, seq, data) VALUES (%s, 0, %s)").format(
             segs
         )
-        # The whole append, checks included, as one statement: the UPDATE's WHERE is the
-        # compare-and-swap (re-checked on the newest row version under its row lock), and the
-        # segment is inserted only for the row it updated.
+        # The whole append, checks included, as one statement, so one commit. ``state`` reads
+        # the record and its last segment row in the statement's snapshot and picks what to do
+        # with the new segment:
+        #   skip:  it is empty, so it is not stored (``assemble`` skips empty segments);
+        #   join:  the last segment row stays under ``chunk_bytes`` with it, so it is joined
+        #          onto that row (a heap-only update, whose old version the page reclaims by
+        #          itself), which makes rows big enough for the server to compress;
+        #   merge: the record holds ``max_segments`` rows: they become one row (seq 0), joined
+        #          as ``assemble`` joins them, and the new segment row follows (seq 1);
+        #   add:   a new row at seq ``segments``.
+        # The UPDATE's WHERE is the compare-and-swap, re-checked on the newest row version under
+        # its row lock, so it applies only when the row (and with it every segment row, which
+        # changes only with it) is still the one the snapshot read. In a merge every row
+        # ``added`` inserts is joined to ``merged``, an aggregate over all of ``gone``, so the
+        # old rows are deleted before the new ones reuse their seqs.
         self._append = sql.SQL(
-            """WITH grown AS (
+            """WITH state AS (
+                SELECT CASE
+                    WHEN %(segment_size)s = 0 THEN 'skip'
+                    WHEN octet_length(last.data) + 1 + %(segment_size)s <= %(chunk_bytes)s
+                        THEN 'join'
+                    WHEN t.segments >= %(max_segments)s THEN 'merge'
+                    ELSE 'add' END AS mode
+                FROM {t} t LEFT JOIN {segs} last ON last.key = t.key AND last.seq = t.segments - 1
+                WHERE t.key = %(key)s
+            ), grown AS (
                 UPDATE {t} SET run_id = %(run_id)s, saved_at = %(saved_at)s,
                     owner = COALESCE(owner, %(owner)s::text), agent_id = %(agent_id)s,
                     failure_phase = %(failure_phase)s,
                     failure_iteration = %(failure_iteration)s,
                     message_count = %(message_count)s, size = %(size)s,
                     revision = revision + 1, head = %(head)s, digest = %(digest)s,
-                    segments = segments + 1
+                    segments = CASE state.mode WHEN 'merge' THEN 2 WHEN 'add' THEN segments + 1
+                        ELSE segments END
+                FROM state
                 WHERE key = %(key)s AND revision = %(base_revision)s
-                    AND digest = %(base_digest)s AND segments < %(max_segments)s
-                    AND octet_length(body) = 0
+                    AND digest = %(base_digest)s AND octet_length(body) = 0
                     AND (owner IS NULL OR %(owner)s::text IS NULL OR owner = %(owner)s::text)
-                RETURNING key, segments - 1 AS seq, revision, owner
+                    AND (state.mode <> 'merge'
+                        OR segments = (SELECT count(*) FROM {segs} WHERE key = %(key)s))
+                RETURNING key, segments - 1 AS seq, state.mode, revision, owner
+            ), joined AS (
+                UPDATE {segs} SET data = CASE WHEN octet_length(data) = 0 THEN %(segment)s
+                    ELSE data || ','::bytea || %(segment)s END
+                WHERE key = %(key)s AND seq = (SELECT seq FROM grown WHERE mode = 'join')
+            ), gone AS (
+                DELETE FROM {segs} WHERE key = (SELECT key FROM grown WHERE mode = 'merge')
+                RETURNING seq, data
+            ), merged AS (
+                SELECT string_agg(data, ','::bytea ORDER BY seq)
+                    FILTER (WHERE octet_length(data) > 0) AS data
+                FROM gone
             ), added AS (
-                INSERT INTO {segs} (key, seq, data) SELECT key, seq, %(segment)s FROM grown
+                INSERT INTO {segs} (key, seq, data)
+                SELECT g.key, 0, COALESCE(m.data, ''::bytea) FROM grown g, merged m
+                WHERE g.mode = 'merge'
+                UNION ALL
+                SELECT g.key, g.seq, %(segment)s FROM grown g, merged m
+                WHERE g.mode IN ('add', 'merge')
             )
             SELECT revision, owner FROM grown"""
         ).format(t=t, segs=segs)
@@ -297,7 +343,9 @@ class PostgresBackend:
             "segment": split.segment,
             "base_revision": base_revision,
             "base_digest": base_digest,
+            "segment_size": len(split.segment),
             "max_segments": self.max_segments,
+            "chunk_bytes": self.chunk_bytes,
         }
         with self._connection("append") as conn:
             row = conn.execute(self._append, params).fetchone()
@@ -305,12 +353,7 @@ class PostgresBackend:
                 return replace(summary, revision=row[0], owner=row[1])
             # Nothing changed. Say why only when the owner alone refused it, as save would.
             state = conn.execute(self._split_state, (summary.key,)).fetchone()
-        if (
-            state is not None
-            and state[:2] == (base_revision, base_digest)
-            and state[2] is not None
-            and state[2] < self.max_segments
-        ):
+        if state is not None and state[:2] == (base_revision, base_digest):
             resolve_owner(summary.key, state[3], summary.owner)  # raises: it was the owner
         return None
 

@@ -82,6 +82,18 @@ MIGRATIONS: tuple[Step, ...] = (
             )""",
         ),
     ),
+    (
+        4,
+        "compressed segments",
+        (
+            # Segment rows hold a few messages each (appends join onto the last row up to
+            # ``chunk_bytes``). MAIN keeps them compressed inside the row instead of moving them
+            # out to TOAST, so updating the last row is a heap-only update whose old version
+            # its page reclaims without VACUUM; MAIN values still go out of line past a page.
+            # Both settings apply to values written from now on; stored values read as before.
+            "ALTER TABLE {segments} ALTER COLUMN data SET STORAGE MAIN",
+        ),
+    ),
 )
 
 
