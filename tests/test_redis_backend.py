@@ -26,6 +26,7 @@ from agent_checkpoint.backends.memory import MemoryBackend
 from agent_checkpoint.backends.redis import RedisBackend, VolatileRedisWarning
 from agent_checkpoint.backends.segments import Appending, Split, assemble, chain
 from agent_checkpoint.errors import (
+    ConflictError,
     InvalidKeyError,
     OwnershipConflictError,
     UnreadableEnvelopeError,
@@ -60,6 +61,19 @@ def store_keys(client: redis.Redis, prefix: str) -> list[bytes]:
     # The prefixes tests use are hex with dashes: no glob characters to escape.
     keys = list(client.scan_iter(match="{" + prefix + "}*", count=1000))
     return keys + list(client.scan_iter(match="{" + prefix + ":*", count=1000))  # namespaces
+
+
+def contents(client: redis.Redis, prefix: str) -> dict[bytes, Any]:
+    """Every key of a store and what it holds, by type. Not DUMP: a hash's DUMP follows its
+    table's iteration order, which a read can change (incremental rehashing)."""
+    read = {
+        b"hash": client.hgetall,
+        b"list": lambda k: client.lrange(k, 0, -1),
+        b"zset": lambda k: client.zrange(k, 0, -1, withscores=True),
+        b"set": client.smembers,
+        b"string": client.get,
+    }
+    return {k: read[client.type(k)](k) for k in store_keys(client, prefix)}
 
 
 @pytest.fixture
@@ -577,20 +591,20 @@ def test_a_refused_append_at_the_limit_merges_nothing(client: redis.Redis, prefi
         digest = split.digest
     split, size = split_of(head, *parts, b"4")
     grown = summary("k", size)
-    snapshot = {k: client.dump(k) for k in store_keys(client, prefix)}
+    snapshot = contents(client, prefix)
     for revision, base_digest in ((2, digest), (4, digest), (3, first.digest), (3, "")):
         assert backend.append(grown, split, base_revision=revision, base_digest=base_digest) is None
-        assert {k: client.dump(k) for k in store_keys(client, prefix)} == snapshot
+        assert contents(client, prefix) == snapshot
     with pytest.raises(OwnershipConflictError):
         backend.append(
             summary("k", size, owner="mallory"), split, base_revision=3, base_digest=digest
         )
-    assert {k: client.dump(k) for k in store_keys(client, prefix)} == snapshot
+    assert contents(client, prefix) == snapshot
     # A list that lost a segment is not merged (the loss would become silent): refused too.
     client.rpop(f"{{{prefix}}}:s:k")
-    snapshot = {k: client.dump(k) for k in store_keys(client, prefix)}
+    snapshot = contents(client, prefix)
     assert backend.append(grown, split, base_revision=3, base_digest=digest) is None
-    assert {k: client.dump(k) for k in store_keys(client, prefix)} == snapshot
+    assert contents(client, prefix) == snapshot
     client.rpush(f"{{{prefix}}}:s:k", b"3")
     landed = backend.append(grown, split, base_revision=3, base_digest=digest)
     assert landed is not None and landed.revision == 4 and landed.owner == "al"
@@ -688,10 +702,10 @@ def test_an_append_whose_reply_was_lost_is_not_applied_twice(
     grown = summary("k", size, saved_at=2000)
     landed = backend.append(grown, second, base_revision=1, base_digest=first.digest)
     assert landed is not None and (landed.revision, landed.size) == (2, size)
-    snapshot = {k: client.dump(k) for k in store_keys(client, prefix)}
+    snapshot = contents(client, prefix)
     # The retry of the same append, as after a lost reply: refused, and nothing changes.
     assert backend.append(grown, second, base_revision=1, base_digest=first.digest) is None
-    assert {k: client.dump(k) for k in store_keys(client, prefix)} == snapshot
+    assert contents(client, prefix) == snapshot
     loaded = backend.load("k")
     assert loaded is not None and loaded.body == b'{"h":[1,2],"n":2}'
     assert loaded.summary == landed
@@ -710,7 +724,7 @@ def test_an_append_applies_only_to_the_record_it_extends(client: redis.Redis, pr
     backend.save_split(Record(summary("k", size, owner="al"), b"[1]"), first)  # revision 2
     for revision, digest in ((1, first.digest), (2, chain("", b"other")), (3, first.digest)):
         assert backend.append(grown, second, base_revision=revision, base_digest=digest) is None
-    snapshot = {k: client.dump(k) for k in store_keys(client, prefix)}
+    snapshot = contents(client, prefix)
     with pytest.raises(OwnershipConflictError):
         backend.append(
             summary("k", grown_size, owner="mallory"),
@@ -718,7 +732,7 @@ def test_an_append_applies_only_to_the_record_it_extends(client: redis.Redis, pr
             base_revision=2,
             base_digest=first.digest,
         )
-    assert {k: client.dump(k) for k in store_keys(client, prefix)} == snapshot
+    assert contents(client, prefix) == snapshot
     landed = backend.append(grown, second, base_revision=2, base_digest=first.digest)
     assert landed is not None and landed.owner == "al" and landed.revision == 3
     loaded = backend.load("k")
@@ -763,3 +777,54 @@ def test_a_put_and_a_get_are_each_one_round_trip(
         assert len(sent) == 1 and got is not None and got.history == history
     sent.clear()
     assert store.get("missing") is None and len(sent) == 1
+
+
+# -- large first writes go through a staging list ----------------------------------------
+
+
+def _big_history(n: int = 120) -> tuple[Message, ...]:
+    return tuple(Message("user", f"{i}: " + "word " * 200) for i in range(n))  # ~120 KB
+
+
+@pytest.mark.parametrize("ttl", [None, 3600])
+def test_a_large_history_is_staged_then_renamed_into_place(
+    client: redis.Redis, prefix: str, ttl: int | None
+) -> None:
+    from agent_checkpoint.backends import redis as redis_module
+
+    with open_store(REDIS_URL, prefix=prefix, ttl=ttl) as store:
+        ckpt = RunCheckpoint.new("m", _big_history(), run_id="r")
+        size = len(ckpt.to_json()["history"][0]["content"]) * 120
+        assert size > redis_module.STAGE_BYTES
+        summary = store.put(ckpt, key="k")
+        whole = Store(MemoryBackend())
+        whole.put(ckpt, key="k")
+        got, expected = store.get_json("k"), whole.get_json("k")
+        assert got is not None and expected is not None and got["data"] == expected["data"]
+        assert store.head("k") == summary
+        segs = f"{{{prefix}}}:s:k"
+        assert client.llen(segs) == 1
+        assert (client.pttl(segs) > 0) == (ttl is not None)  # not the staging list's expiry
+        assert not list(client.scan_iter(match=f"{{{prefix}}}:t:*"))
+        # Growing it afterwards appends as usual.
+        grown = ckpt.evolve(history=(*ckpt.history, Message("assistant", "ok")))
+        store.put(grown, key="k")
+        assert client.llen(segs) == 2
+        assert store.get("k") == grown
+
+
+def test_a_refused_staged_write_changes_nothing_and_leaves_no_staging_list(
+    store: Store, client: redis.Redis, prefix: str
+) -> None:
+    first = RunCheckpoint.new("m", _big_history(), run_id="r")
+    owned = checkpoint("r", principal="alice").evolve(history=_big_history())
+    store.put(owned, key="k")
+    before = contents(client, prefix)
+    with pytest.raises(ConflictError):
+        store.put(first, key="k", create_only=True)
+    with pytest.raises(ConflictError):
+        store.put(first, key="k", if_revision=7)
+    with pytest.raises(OwnershipConflictError):
+        store.put(checkpoint("r", principal="mallory").evolve(history=_big_history(130)), key="k")
+    assert contents(client, prefix) == before
+    assert not list(client.scan_iter(match=f"{{{prefix}}}:t:*"))

@@ -24,6 +24,7 @@ MULTI/EXEC of HMGET and LRANGE. A put and a get are one round trip each.
 from __future__ import annotations
 
 import threading
+import uuid
 import warnings
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -58,6 +59,11 @@ MAX_BATCH = 2000
 
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, TryAgainError, ReadOnlyError)
 FIELDS = ("run", "at", "own", "agent", "phase", "iter", "msgs", "size", "rev")
+STAGE_BYTES = 64 * 1024
+"""A segment this large is written by a plain RPUSH to a staging list that the write script
+renames into place: passed to Lua as an argument, 1.3 MB costs ~1.8 ms more than the write."""
+STAGE_TTL_MS = 600_000
+"""How long a staging list outlives a writer that died before its script ran."""
 LOADED = ["body", "head", "segs", *FIELDS]
 
 
@@ -163,8 +169,19 @@ class RedisBackend:
     ) -> Summary:
         size = len(record.body)
         args = self._args(record.summary, "split", create_only, expect_revision, split.head)
-        args += [split.segment, split.digest, str(size)]
-        return self._saved(record.summary, "save", args, expect_revision, size)
+        if len(split.segment) < STAGE_BYTES:
+            args += [split.segment, split.digest, str(size)]
+            return self._saved(record.summary, "save", args, expect_revision, size)
+        keys = self._keys(record.key)
+        stage = f"{self._base}t:{uuid.uuid4().hex}"
+        args += ["", split.digest, str(size), "", "", "staged"]
+        with self._errors("save"):
+            pipe = self._client.pipeline(transaction=False)  # one round trip
+            pipe.rpush(stage, split.segment)
+            pipe.pexpire(stage, STAGE_TTL_MS)
+            self._write(keys=[*keys, stage], args=args, client=pipe)
+            reply = pipe.execute()[-1]
+        return self._outcome(record.summary, reply, expect_revision, size)
 
     def append(
         self, summary: Summary, split: Split, *, base_revision: int, base_digest: str

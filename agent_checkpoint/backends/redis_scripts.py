@@ -42,16 +42,24 @@ end
 #   bytes never change; a list that does not hold ``segs`` segments (one was lost) is not merged
 #   (that would hide the loss): "stale", and the writer rewrites the record whole.
 # Every mode rewrites the summary fields and moves every index entry, and with a ttl refreshes
-# the expiry of every key of the record.
-# KEYS: record hash, segment list. ARGV: 1 base, 2 key, 3 mode, 4 create_only ("1"), 5 expected
+# the expiry of every key of the record. A "split" write whose ARGV[22] is "staged" takes its
+# segment from the staging list KEYS[3] (written by a plain RPUSH just before), renamed into
+# place, and deletes the staging list when it refuses.
+# KEYS: record hash, segment list[, staging list]. ARGV: 1 base, 2 key, 3 mode, 4 create_only
+# ("1"), 5 expected
 # or base revision ("" none), 6 body or head, 7 newest position, 8 oldest position, 9 owner,
 # 10 agent, 11 phase, 12 run id, 13 saved at, 14 message count, 15 failure iteration (9-11 and
 # 15: "" for none, else "=" and the value), 16 ttl ms (0 none), 17 segment, 18 digest,
-# 19 assembled size, 20 base digest, 21 max segments.
+# 19 assembled size, 20 base digest, 21 max segments, 22 "staged" or absent.
 WRITE = (
     _UNINDEX
     + """
 local rec, segs, key, mode = KEYS[1], KEYS[2], ARGV[2], ARGV[3]
+local staged = ARGV[22] == "staged"
+local function refuse(reply)
+  if staged then redis.call("DEL", KEYS[3]) end
+  return reply
+end
 local cur = redis.call("HMGET", rec, "rev", "own", "sn", "so", "agent", "phase", "dig", "segs")
 local rev = cur[1]
 local merged
@@ -66,12 +74,12 @@ if mode == "append" then
     merged = table.concat(kept, ",")
   end
 else
-  if rev and ARGV[4] == "1" then return {"exists", rev} end
-  if ARGV[5] ~= "" and rev ~= ARGV[5] then return {"revision", rev} end
+  if rev and ARGV[4] == "1" then return refuse({"exists", rev}) end
+  if ARGV[5] ~= "" and rev ~= ARGV[5] then return refuse({"revision", rev}) end
 end
 local function opt(s) if s == "" then return false end return string.sub(s, 2) end
 local owner, agent, phase, iter = opt(ARGV[9]), opt(ARGV[10]), opt(ARGV[11]), opt(ARGV[15])
-if cur[2] and owner and owner ~= cur[2] then return {"owner", cur[2]} end
+if cur[2] and owner and owner ~= cur[2] then return refuse({"owner", cur[2]}) end
 owner = cur[2] or owner
 if rev then
   unindex(cur, key)
@@ -94,6 +102,8 @@ else
   elseif mode == "append" then
     redis.call("RPUSH", segs, ARGV[17])
     count = tonumber(cur[8]) + 1
+  elseif staged then
+    redis.call("RENAME", KEYS[3], segs)  -- replaces any older list; the element is not copied
   else
     redis.call("DEL", segs)
     redis.call("RPUSH", segs, ARGV[17])
@@ -112,8 +122,8 @@ local ttl = tonumber(ARGV[16])
 if ttl > 0 then
   redis.call("PEXPIRE", rec, ttl)
   if mode ~= "save" then redis.call("PEXPIRE", segs, ttl) end
-elseif mode == "append" then
-  redis.call("PERSIST", segs)  -- the hash was recreated without an expiry: so is the list
+elseif mode ~= "save" then
+  redis.call("PERSIST", segs)  -- no expiry: not the staging list's, nor one kept from before
 end
 local n = sn .. ":" .. key
 redis.call("ZADD", base .. "new", 0, n)
