@@ -1043,3 +1043,20 @@ def test_a_record_missing_a_segment_reads_unreadable_not_shorter(
     assert record is not None and b"\x00" in record.body
     with pytest.raises(UnreadableEnvelopeError):
         store.get("k")
+
+
+def test_owner_and_agent_indexes_hold_only_runs_that_have_one(
+    admin: Admin, schema: str, store: Store
+) -> None:
+    store.put(checkpoint("a", principal="alice", agent="planner"), key="a")
+    store.put(checkpoint("b"), key="b")
+    definitions = dict(
+        admin.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s", (schema,)
+        ).fetchall()
+    )
+    assert "WHERE (owner IS NOT NULL)" in definitions["agent_checkpoints_owner_idx"]
+    assert "WHERE (agent_id IS NOT NULL)" in definitions["agent_checkpoints_agent_idx"]
+    assert [s.key for s in store.list(owner="alice")] == ["a"]
+    assert [s.key for s in store.list(agent_id="planner")] == ["a"]
+    assert sorted(s.key for s in store.list()) == ["a", "b"]

@@ -94,6 +94,21 @@ MIGRATIONS: tuple[Step, ...] = (
             "ALTER TABLE {segments} ALTER COLUMN data SET STORAGE MAIN",
         ),
     ),
+    (
+        5,
+        "partial owner and agent indexes",
+        (
+            # Only rows with an owner (an agent) are ever looked up by it: a run without one
+            # need not add an entry to these indexes on every put. Every put moves saved_at,
+            # so each index entry it adds stays until VACUUM.
+            "DROP INDEX IF EXISTS {owner_idx_in_schema}",
+            "CREATE INDEX {owner_idx} ON {table} (owner, saved_at DESC, key)"
+            " WHERE owner IS NOT NULL",
+            "DROP INDEX IF EXISTS {agent_idx_in_schema}",
+            "CREATE INDEX {agent_idx} ON {table} (agent_id, saved_at DESC, key)"
+            " WHERE agent_id IS NOT NULL",
+        ),
+    ),
 )
 
 
@@ -105,6 +120,11 @@ def object_names(schema: str, table: str) -> dict[str, sql.Identifier]:
         **{
             f"{n}_idx": sql.Identifier(f"{table}_{n}_idx")
             for n in ("newest", "oldest", "owner", "agent", "failed")
+        },
+        # An index lives in its table's schema: DROP INDEX must name that schema.
+        **{
+            f"{n}_idx_in_schema": sql.Identifier(schema, f"{table}_{n}_idx")
+            for n in ("owner", "agent")
         },
     }
 
