@@ -7,6 +7,7 @@ import pytest
 from agent_checkpoint import Store, UnreadableEnvelopeError, open_store
 from agent_checkpoint.backends.disk import DiskBackend, file_name
 from agent_checkpoint.testing import (
+    AppendingConformance,
     ClaimsConformance,
     EncryptionConformance,
     StoreConformance,
@@ -15,7 +16,9 @@ from agent_checkpoint.testing import (
 )
 
 
-class TestDiskStore(StoreConformance, ClaimsConformance, EncryptionConformance):
+class TestDiskStore(
+    StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance
+):
     @pytest.fixture
     def store(self, tmp_path: Path) -> Iterator[Store]:
         with open_store(str(tmp_path / "store")) as store:

@@ -38,6 +38,7 @@ from agent_checkpoint.errors import (
 from agent_checkpoint.model import Message, RunCheckpoint
 from agent_checkpoint.store import NO_RETRY
 from agent_checkpoint.testing import (
+    AppendingConformance,
     ClaimsConformance,
     EncryptionConformance,
     StoreConformance,
@@ -83,7 +84,9 @@ def ledger(admin: Admin, schema: str, table: str = "agent_checkpoints") -> list[
     return [(v, n) for v, n in rows]
 
 
-class TestPostgresStore(StoreConformance, ClaimsConformance, EncryptionConformance):
+class TestPostgresStore(
+    StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance
+):
     @pytest.fixture
     def store(self, schema: str) -> Iterator[Store]:
         with open_pg(schema) as store:
@@ -857,35 +860,6 @@ def test_an_append_whose_reply_was_lost_is_not_applied_twice(
     assert loaded is not None and loaded.body == b'{"h":[1,2],"n":2}'
     assert loaded.summary == landed
     assert [s.key for s in backend.scan(Query(saved_since=2000))] == ["k"]
-
-
-def test_an_append_applies_only_to_the_record_it_extends(
-    store: Store, admin: Admin, schema: str
-) -> None:
-    backend = store.backend
-    assert isinstance(backend, PostgresBackend)
-    first, size = split_of(b"[\x00]", b"1")
-    second, grown_size = split_of(b"[\x00]", b"1", b"2")
-    grown = summary("k", grown_size)
-    assert backend.append(grown, second, base_revision=1, base_digest=first.digest) is None  # none
-    backend.save(Record(summary("k", 3), b"[1]"))  # whole, not split
-    assert backend.append(grown, second, base_revision=1, base_digest=first.digest) is None
-    backend.save_split(Record(summary("k", size, owner="al"), b"[1]"), first)  # revision 2
-    for revision, digest in ((1, first.digest), (2, chain("", b"other")), (3, first.digest)):
-        assert backend.append(grown, second, base_revision=revision, base_digest=digest) is None
-    before = snapshot(admin, schema)
-    with pytest.raises(OwnershipConflictError):
-        backend.append(
-            summary("k", grown_size, owner="mallory"),
-            second,
-            base_revision=2,
-            base_digest=first.digest,
-        )
-    assert snapshot(admin, schema) == before
-    landed = backend.append(grown, second, base_revision=2, base_digest=first.digest)
-    assert landed is not None and landed.owner == "al" and landed.revision == 3
-    loaded = backend.load("k")
-    assert loaded is not None and loaded.body == b"[1,2]"
 
 
 def fill(

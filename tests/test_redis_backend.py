@@ -34,6 +34,7 @@ from agent_checkpoint.errors import (
 )
 from agent_checkpoint.model import Message, RunCheckpoint
 from agent_checkpoint.testing import (
+    AppendingConformance,
     ClaimsConformance,
     EncryptionConformance,
     StoreConformance,
@@ -91,7 +92,9 @@ def store(prefix: str) -> Iterator[Store]:
         yield s
 
 
-class TestRedisStore(StoreConformance, ClaimsConformance, EncryptionConformance):
+class TestRedisStore(
+    StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance
+):
     pass
 
 
@@ -711,32 +714,6 @@ def test_an_append_whose_reply_was_lost_is_not_applied_twice(
     assert loaded.summary == landed
     assert [s.key for s in backend.scan(Query(saved_since=2000))] == ["k"]
     assert backend.scan(Query(saved_before=2000)) == []  # the old index entry moved
-
-
-def test_an_append_applies_only_to_the_record_it_extends(client: redis.Redis, prefix: str) -> None:
-    backend = RedisBackend(client, prefix=prefix)
-    first, size = split_of(b"[\x00]", b"1")
-    second, grown_size = split_of(b"[\x00]", b"1", b"2")
-    grown = summary("k", grown_size)
-    assert backend.append(grown, second, base_revision=1, base_digest=first.digest) is None  # none
-    backend.save(Record(summary("k", 3), b"[1]"))  # whole, not split
-    assert backend.append(grown, second, base_revision=1, base_digest=first.digest) is None
-    backend.save_split(Record(summary("k", size, owner="al"), b"[1]"), first)  # revision 2
-    for revision, digest in ((1, first.digest), (2, chain("", b"other")), (3, first.digest)):
-        assert backend.append(grown, second, base_revision=revision, base_digest=digest) is None
-    snapshot = contents(client, prefix)
-    with pytest.raises(OwnershipConflictError):
-        backend.append(
-            summary("k", grown_size, owner="mallory"),
-            second,
-            base_revision=2,
-            base_digest=first.digest,
-        )
-    assert contents(client, prefix) == snapshot
-    landed = backend.append(grown, second, base_revision=2, base_digest=first.digest)
-    assert landed is not None and landed.owner == "al" and landed.revision == 3
-    loaded = backend.load("k")
-    assert loaded is not None and loaded.body == b"[1,2]"
 
 
 def test_a_record_missing_a_segment_reads_unreadable_not_shorter(

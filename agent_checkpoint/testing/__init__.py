@@ -13,6 +13,7 @@ Requires pytest (the ``test`` extra).
 """
 
 from .conformance import (
+    AppendingConformance,
     ClaimsConformance,
     EncryptionConformance,
     GrowingHistoryConformance,
@@ -22,6 +23,7 @@ from .conformance import (
 )
 
 __all__ = [
+    "AppendingConformance",
     "ClaimsConformance",
     "EncryptionConformance",
     "GrowingHistoryConformance",

@@ -5,10 +5,11 @@ from __future__ import annotations
 from ._samples import checkpoint, stamped
 from .claims import ClaimsConformance
 from .encryption import EncryptionConformance
-from .growth import GrowingHistoryConformance
+from .growth import AppendingConformance, GrowingHistoryConformance
 from .store_contract import _StoreContract
 
 __all__ = [
+    "AppendingConformance",
     "ClaimsConformance",
     "EncryptionConformance",
     "GrowingHistoryConformance",

@@ -6,6 +6,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from ..backends.base import Record, Summary
+from ..backends.segments import Appending, Split, assemble, chain
 from ..errors import ConflictError, OwnershipConflictError
 from ..model import Message, RunCheckpoint
 from ..store import Store
@@ -24,6 +26,18 @@ def _grow(n: int, *, start: tuple[Message, ...] = ()) -> list[tuple[Message, ...
         history = (*history, Message(role, f"message {i} " + "ü" * (i % 7), **extra))  # type: ignore[arg-type]
         histories.append(history)
     return histories
+
+
+def _summary(key: str, size: int, *, owner: str | None = None) -> Summary:
+    return Summary(key, "run", 1000, owner, "agent", None, None, 1, size, 0)
+
+
+def _split_of(head: bytes, *segments: bytes) -> tuple[Split, int]:
+    """The split whose last segment is ``segments[-1]``, and the assembled size after it."""
+    digest = ""
+    for segment in segments:
+        digest = chain(digest, segment)
+    return Split(head, segments[-1], digest), len(assemble(head, list(segments)))
 
 
 class GrowingHistoryConformance:
@@ -108,3 +122,35 @@ class GrowingHistoryConformance:
         assert [s.key for s in store.list()] == ["g"]
         assert store.forget_older_than(summary.saved_at + 1).forgotten == 1
         assert store.get("g") is None
+
+
+class AppendingConformance:
+    """The ``Appending`` capability itself (``segments.py``), for backends that have it: an
+    append applies to exactly the record it extends, or changes nothing."""
+
+    def test_an_append_applies_only_to_the_record_it_extends(self, store: Store) -> None:
+        backend = store.backend
+        assert isinstance(backend, Appending), f"{backend.name} does not store segments"
+        first, size = _split_of(b"[\x00]", b"1")
+        second, grown_size = _split_of(b"[\x00]", b"1", b"2")
+        grown = _summary("k", grown_size)
+        assert backend.append(grown, second, base_revision=1, base_digest=first.digest) is None
+        backend.save(Record(_summary("k", 3), b"[1]"))  # whole, not split
+        assert backend.append(grown, second, base_revision=1, base_digest=first.digest) is None
+        backend.save_split(Record(_summary("k", size, owner="al"), b"[1]"), first)  # revision 2
+        for revision, digest in ((1, first.digest), (2, chain("", b"other")), (3, first.digest)):
+            assert backend.append(grown, second, base_revision=revision, base_digest=digest) is None
+        before = backend.load("k")
+        assert before is not None and before.body == b"[1]" and before.summary.revision == 2
+        with pytest.raises(OwnershipConflictError):
+            backend.append(
+                _summary("k", grown_size, owner="mallory"),
+                second,
+                base_revision=2,
+                base_digest=first.digest,
+            )
+        assert backend.load("k") == before
+        landed = backend.append(grown, second, base_revision=2, base_digest=first.digest)
+        assert landed is not None and landed.owner == "al" and landed.revision == 3
+        loaded = backend.load("k")
+        assert loaded is not None and loaded.body == b"[1,2]" and loaded.summary == landed
