@@ -334,12 +334,12 @@ def test_repair_rebuilds_a_deleted_index(client: Any, prefix: str) -> None:
         purge(client, BUCKET, f"{prefix}/index/")
         assert store.list().items == []
         backend: S3Backend = store.backend  # type: ignore[assignment]
-        assert backend.verify() == {"records": 30, "missing": 30, "stale": 0}
+        assert backend.verify() == {"records": 30, "missing": 30, "stale": 0, "orphans": 0}
         report = verify_store(store, repair=True)  # what `verify --repair` runs
         assert sorted(report.unlisted) == sorted(expected) and report.repaired == 30
         assert [s.key for s in store.list(limit=100)] == expected
         assert [s.key for s in store.list(owner="p1", limit=100)] == expected[1::3]
-        assert backend.verify() == {"records": 30, "missing": 0, "stale": 0}
+        assert backend.verify() == {"records": 30, "missing": 0, "stale": 0, "orphans": 0}
 
 
 # -- faults between client and server ---------------------------------------------------------

@@ -20,9 +20,11 @@ from __future__ import annotations
 import base64
 import secrets
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
@@ -37,6 +39,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from ..errors import BackendError, BackendUnavailableError, ConflictError, InvalidKeyError
 from .base import Query, Record, Summary, plan_save, translate_errors
 from .objects import HASHED, PEEK, Current, Entry, ObjectLayout, fields_of, key_name
+from .segments import Split, assemble, merge, plan_append
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -50,6 +53,29 @@ THROTTLED = frozenset(
     | {"TooManyRequests", "ServiceUnavailable", "InternalError"}
 )
 RACE_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"})
+REMEMBERED = 256
+"""Keys whose last write a backend object remembers (header and ETag), to append without a read."""
+
+
+@dataclass(frozen=True)
+class Known:
+    """A record's header fields and ETag, as last written or read."""
+
+    fields: dict[str, Any]
+    etag: str
+
+    @property
+    def segments(self) -> list[list[Any]] | None:
+        """``[[id, size], ...]`` of a record stored in segments; ``None`` for a whole one."""
+        segs = self.fields.get("segs")
+        return segs if isinstance(segs, list) else None
+
+    def extends(self, revision: int, digest: str) -> bool:
+        return (
+            self.segments is not None
+            and self.fields.get("rev") == revision
+            and self.fields.get("dig") == digest
+        )
 
 
 def _status(exc: ClientError) -> int:
@@ -69,9 +95,25 @@ def _lost_race(exc: ClientError) -> bool:
     return _code(exc) in RACE_CODES or (_status(exc) in (404, 412) and _code(exc) != "NoSuchBucket")
 
 
+def merge_start(sizes: Sequence[int], limit: int) -> int:
+    """Where the segments to merge start, for a record holding ``sizes`` (oldest first) that
+    must make room for one more under ``limit``: the newest run of at least two segments, each
+    earlier segment joining it while it is no larger than the run so far. A history grown one
+    message at a time then holds segments whose sizes grow geometrically towards the oldest,
+    so a byte is merged again only when the run has caught up with it, and the segment
+    count stays under the limit without rewriting the whole history on every merge."""
+    start = max(min(len(sizes), limit) - 2, 0)
+    run = sum(sizes[start:])
+    while start > 0 and sizes[start - 1] <= run:
+        start -= 1
+        run += sizes[start]
+    return start
+
+
 class S3Backend(ObjectLayout):
     name = "s3"
     conditional_writes_across_processes = True
+    max_segments = 32
 
     def __init__(
         self,
@@ -92,12 +134,15 @@ class S3Backend(ObjectLayout):
         root = self.prefix + "/" if parts else ""
         self._records = root + "records/"
         self._index = root + "index/"
+        self._segments = root + "segments/"
         self._create = create_bucket
         self._owns = owns_client
         self._region = region
         self._bucket_checked = False
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._segment_threads: ThreadPoolExecutor | None = None
+        self._remembered: OrderedDict[str, Known] = OrderedDict()
         self._siblings: dict[str, S3Backend] = {}
         self._closed = False
 
@@ -152,55 +197,122 @@ class S3Backend(ObjectLayout):
     def save(
         self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
     ) -> Summary:
+        return self._save(record, None, expect_revision, create_only)
+
+    def save_split(
+        self,
+        record: Record,
+        split: Split,
+        *,
+        expect_revision: int | None = None,
+        create_only: bool = False,
+    ) -> Summary:
+        return self._save(record, split, expect_revision, create_only)
+
+    def _save(
+        self,
+        record: Record,
+        split: Split | None,
+        expect_revision: int | None,
+        create_only: bool,
+    ) -> Summary:
         self._check_bucket("save")
         key, name = record.key, key_name(record.key)
-        for attempt in range(RACES):
-            # If-None-Match refuses an existing key by itself: a create needs no read first
-            current = None if create_only and attempt == 0 else self._fetch(name, "save")
-            summary = plan_save(
-                current.summary if current else None,
-                record,
-                expect_revision=expect_revision,
-                create_only=create_only,
-            )
-            token = secrets.token_hex(8)
-            entry = self._entry_path(summary, name, token)
-            body = self._header(key, summary, token) + record.body
-            fields = fields_of(summary, token) | ({"key": key} if HASHED in name else {})
-            packed = base64.urlsafe_b64encode(orjson.dumps(fields)).decode()
-            metadata = {"ac": packed} if len(packed) <= META_LIMIT else {}
-            condition = {"IfMatch": f'"{current.etag}"'} if current else {"IfNoneMatch": "*"}
-            with self._translate("save"):
-                # the entry goes first: a committed record is never missing from the index
-                self.client.put_object(Bucket=self.bucket, Key=entry, Body=b"")
-                try:
-                    self.client.put_object(Bucket=self.bucket, Key=self._records + name,
-                                           Body=body, Metadata=metadata, **condition)  # fmt: skip
-                except ClientError as exc:
-                    if not _lost_race(exc):
-                        raise
-                    self._forget([entry])  # its token was never committed: no one else uses it
-                    continue
-            if current is not None:
-                self._forget([self._entry_path(current.summary, name, current.token)])
-            return summary
+        write = _Write(self, name)
+        try:
+            segs: list[list[Any]] = []
+            if split is not None and split.segment:
+                segs = [[write.upload(split.segment), len(split.segment)]]
+            for attempt in range(RACES):
+                # If-None-Match refuses an existing key by itself: a create needs no read first
+                current = None if create_only and attempt == 0 else self._known(name, "save", True)
+                summary = plan_save(
+                    self._summary_of(current, name, "save"),
+                    record,
+                    expect_revision=expect_revision,
+                    create_only=create_only,
+                )
+                if split is None:
+                    landed = write.commit(key, summary, record.body, {}, current)
+                else:
+                    extra = {"dig": split.digest, "segs": segs}
+                    landed = write.commit(key, summary, split.head, extra, current)
+                if landed:
+                    return summary
+        finally:
+            write.close()
         raise ConflictError(f"key {key!r} changed under {RACES} attempts to write it", key=key)
+
+    def append(
+        self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
+    ) -> Summary | None:
+        self._check_bucket("append")
+        name = key_name(summary.key)
+        current = self._recall(name)
+        if current is None or not current.extends(base_revision, base_digest):
+            current = self._read_header(name, "append")
+        write = _Write(self, name)
+        try:
+            new: list[list[Any]] = []
+            if split.segment:
+                new = [[write.upload(split.segment), len(split.segment)]]
+            for _ in range(RACES):
+                if current is None or not current.extends(base_revision, base_digest):
+                    return None
+                planned = plan_append(
+                    self._summary_of(current, name, "append"), summary, base_revision=base_revision
+                )
+                segs = list(current.segments or [])
+                if new and len(segs) + 1 > self.max_segments:
+                    merged = self._merge(name, segs, write)
+                    if merged is None:  # a segment is gone: re-read, or let a full write heal
+                        again = self._read_header(name, "append")
+                        if again is None or again.etag == current.etag:
+                            return None
+                        current = again
+                        continue
+                    segs = merged
+                extra = {"dig": split.digest, "segs": segs + new}
+                if write.commit(summary.key, planned, split.head, extra, current):
+                    return planned
+                write.discard_merged()
+                current = self._read_header(name, "append")
+        finally:
+            write.close()
+        raise ConflictError(
+            f"key {summary.key!r} changed under {RACES} attempts to append to it", key=summary.key
+        )
+
+    def _merge(self, name: str, segs: list[list[Any]], write: _Write) -> list[list[Any]] | None:
+        """``segs`` with its newest segments joined into one new object (uploaded with the
+        commit), so that one more fits under ``max_segments``; ``None`` if one is gone."""
+        start = merge_start([int(size) for _, size in segs], self.max_segments)
+        parts = self._map(lambda seg: self._get_segment(name, seg[0], "append"), segs[start:],
+                          self._segment_pool())  # fmt: skip
+        if any(part is None for part in parts):
+            return None
+        joined = merge([part for part in parts if part is not None])
+        return [*segs[:start], [write.upload(joined, merged=True), len(joined)]]
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         self._check_bucket("drop")
         name = key_name(key)
         for _ in range(RACES):
-            current = self._fetch(name, "drop")
+            current = self._known(name, "drop", segments=True)
             if current is None:
                 if expect_revision is not None:
                     raise ConflictError(f"key {key!r} does not exist", key=key)
                 return False
-            found = current.summary.revision
+            summary = self._current(current.fields, name, "drop").summary
+            found = summary.revision
             if expect_revision is not None and found != expect_revision:
                 raise ConflictError(
                     f"key {key!r} is at revision {found}, not {expect_revision}", key=key
                 )
-            condition = {"IfMatch": f'"{current.etag}"'} if expect_revision is not None else {}
+            # a split record's delete is conditional too, so it removes the segments of the
+            # record it deletes, not those of one an append committed meanwhile
+            conditional = expect_revision is not None or current.segments is not None
+            condition = {"IfMatch": f'"{current.etag}"'} if conditional else {}
             with self._translate("drop"):
                 try:
                     self.client.delete_object(Bucket=self.bucket, Key=self._records + name,
@@ -208,8 +320,10 @@ class S3Backend(ObjectLayout):
                 except ClientError as exc:
                     if not _lost_race(exc):
                         raise
+                    self._forget_known(name)
                     continue
-            self._forget([self._entry_path(current.summary, name, current.token)])
+            self._forget_known(name)
+            self._forget(self._superseded(name, current, set()))
             return True
         raise ConflictError(f"key {key!r} changed under {RACES} attempts to drop it", key=key)
 
@@ -219,8 +333,13 @@ class S3Backend(ObjectLayout):
 
     def verify(self, *, repair: bool = False, grace: float = 300.0) -> dict[str, int]:
         """Compare the index with the records; with ``repair``, write missing entries and
-        delete stale ones older than ``grace`` seconds."""
+        delete stale ones older than ``grace`` seconds. Segment objects no record refers to
+        (left by a writer that died before its record's PUT) count as ``orphans``; ``repair``
+        deletes those older than ``grace`` too."""
         self._check_bucket("verify")
+        # segments are listed before the records are read: a segment written after its
+        # record was read is young, and ``grace`` spares it
+        segments, _ = self._list_all(self._segments)
         records, _ = self._list_all(self._records)
         names = [path[len(self._records) :] for path, _ in records]
         currents = self._fetch_many(names, "verify")
@@ -233,14 +352,32 @@ class S3Backend(ObjectLayout):
         missing = sorted(expected - {path for path, _ in entries})
         cutoff = now - timedelta(seconds=grace)
         stale = [path for path, modified in entries if path not in expected and modified <= cutoff]
+        orphans = self._orphans([path for path, modified in segments if modified <= cutoff])
         if repair:
             with self._translate("verify"):
                 self._map(lambda p: self.client.put_object(Bucket=self.bucket, Key=p, Body=b""),
                           missing)  # fmt: skip
-                for chunk in range(0, len(stale), PAGE):
-                    self._delete_many(stale[chunk : chunk + PAGE])
+                for paths in (stale, orphans):
+                    for chunk in range(0, len(paths), PAGE):
+                        self._delete_many(paths[chunk : chunk + PAGE])
         count = sum(c is not None for c in currents)
-        return {"records": count, "missing": len(missing), "stale": len(stale)}
+        return {"records": count, "missing": len(missing), "stale": len(stale),
+                "orphans": len(orphans)}  # fmt: skip
+
+    def _orphans(self, paths: Sequence[str]) -> list[str]:
+        """The segment objects among ``paths`` that their record does not refer to."""
+        by_name: dict[str, list[str]] = {}
+        for path in paths:
+            name, slash, _ = path[len(self._segments) :].rpartition("/")
+            if slash:
+                by_name.setdefault(name, []).append(path)
+        owners = list(by_name)
+        knowns = self._map(lambda n: self._read_header(n, "verify"), owners)
+        orphans: list[str] = []
+        for name, known in zip(owners, knowns, strict=True):
+            kept = {self._segment_path(name, sid) for sid, _ in (known and known.segments) or []}
+            orphans.extend(path for path in by_name[name] if path not in kept)
+        return sorted(orphans)
 
     def iter_records(self) -> Iterator[Record]:
         """Every record, read from the records themselves, not through the index."""
@@ -269,11 +406,12 @@ class S3Backend(ObjectLayout):
             if self._closed:
                 return
             self._closed = True
-            siblings, pool = list(self._siblings.values()), self._pool
+            siblings, pools = list(self._siblings.values()), [self._pool, self._segment_threads]
         for sibling in siblings:
             sibling.close()
-        if pool is not None:
-            pool.shutdown(wait=True)
+        for pool in pools:
+            if pool is not None:
+                pool.shutdown(wait=True)
         if self._owns:
             self.client.close()
 
@@ -281,39 +419,122 @@ class S3Backend(ObjectLayout):
 
     def _load(self, name: str, operation: str) -> Record | None:
         path = self._records + name
+        for _ in range(RACES):
+            with self._translate(operation):
+                try:
+                    response = self.client.get_object(Bucket=self.bucket, Key=path)
+                    data = response["Body"].read()
+                except ClientError as exc:
+                    if _missing(exc):
+                        return None
+                    raise
+            fields, body = self._split(data, path, operation)
+            record = Record(self._current(fields, name, operation).summary, body)
+            segs = Known(fields, "").segments
+            if segs is None:
+                return record
+            parts = self._map(lambda seg: self._get_segment(name, seg[0], operation), segs,
+                              self._segment_pool())  # fmt: skip
+            if all(part is not None for part in parts):
+                return Record(record.summary, assemble(body, [p for p in parts if p is not None]))
+            # A segment is gone: a write that replaced this record since deletes the segments
+            # it no longer refers to. If the record is still the one read, it was lost: the
+            # head alone does not decode, so the record reads as unreadable, not as absent.
+            again = self._known(name, operation)
+            if again is not None and again.etag == response["ETag"].strip('"'):
+                return record
+        raise BackendError(
+            f"{self.name} record {name!r} changed under {RACES} attempts to read it",
+            backend=self.name,
+            operation=operation,
+        )
+
+    def _get_segment(self, name: str, sid: str, operation: str) -> bytes | None:
         with self._translate(operation):
             try:
-                data = self.client.get_object(Bucket=self.bucket, Key=path)["Body"].read()
+                response = self.client.get_object(Bucket=self.bucket,
+                                                  Key=self._segment_path(name, sid))  # fmt: skip
+                data: bytes = response["Body"].read()
             except ClientError as exc:
                 if _missing(exc):
                     return None
                 raise
-        fields, body = self._split(data, path, operation)
-        return Record(self._current(fields, name, operation).summary, body)
+        return data
+
+    def _segment_path(self, name: str, sid: str) -> str:
+        return f"{self._segments}{name}/{sid}"
 
     def _fetch(self, name: str, operation: str) -> Current | None:
         """The record's summary, token and ETag: from its metadata, else from its header."""
+        known = self._known(name, operation)
+        if known is None:
+            return None
+        return self._current(known.fields, name, operation, known.etag)
+
+    def _summary_of(self, known: Known | None, name: str, operation: str) -> Summary | None:
+        return None if known is None else self._current(known.fields, name, operation).summary
+
+    def _known(self, name: str, operation: str, segments: bool = False) -> Known | None:
+        """The record's header fields and ETag: from its metadata (one HEAD), else (or, with
+        ``segments``, for a split record) from its header."""
         path = self._records + name
         with self._translate(operation):
             try:
                 response = self.client.head_object(Bucket=self.bucket, Key=path)
-                packed = response.get("Metadata", {}).get("ac")
-                if packed is not None:
-                    fields = orjson.loads(base64.urlsafe_b64decode(packed))
-                else:
-                    response = self.client.get_object(Bucket=self.bucket, Key=path,
-                                                      Range=f"bytes=0-{PEEK - 1}")  # fmt: skip
-                    data = response["Body"].read()
-                    if b"\n" not in data and len(data) >= PEEK:
-                        response = self.client.get_object(Bucket=self.bucket, Key=path)
-                        data = response["Body"].read()
             except ClientError as exc:
                 if _missing(exc):
                     return None
                 raise
-        if packed is None:
-            fields = self._split(data, path, operation)[0]
-        return self._current(fields, name, operation, response["ETag"].strip('"'))
+        packed = response.get("Metadata", {}).get("ac")
+        if packed is not None:
+            fields = orjson.loads(base64.urlsafe_b64decode(packed))
+            if not (segments and "seg" in fields):
+                return Known(fields, response["ETag"].strip('"'))
+        return self._read_header(name, operation)
+
+    def _read_header(self, name: str, operation: str) -> Known | None:
+        """The record's header and ETag, read from the object itself: usually one ranged GET."""
+        path = self._records + name
+        with self._translate(operation):
+            try:
+                response = self.client.get_object(Bucket=self.bucket, Key=path,
+                                                  Range=f"bytes=0-{PEEK - 1}")  # fmt: skip
+                data = response["Body"].read()
+                if b"\n" not in data and len(data) >= PEEK:
+                    response = self.client.get_object(Bucket=self.bucket, Key=path)
+                    data = response["Body"].read()
+            except ClientError as exc:
+                if _missing(exc):
+                    return None
+                raise
+        return Known(self._split(data, path, operation)[0], response["ETag"].strip('"'))
+
+    def _superseded(self, name: str, previous: Known | None, kept: set[str]) -> list[str]:
+        """What a write that replaced ``previous`` leaves behind: its index entry and the
+        segments the new record does not refer to (ids are never reused, so no later record
+        can refer to them)."""
+        if previous is None:
+            return []
+        summary = self._current(previous.fields, name, "save").summary
+        paths = [self._entry_path(summary, name, str(previous.fields["tok"]))]
+        paths += [self._segment_path(name, sid) for sid, _ in previous.segments or []
+                  if sid not in kept]  # fmt: skip
+        return paths
+
+    def _remember(self, name: str, known: Known) -> None:
+        with self._lock:
+            self._remembered[name] = known
+            self._remembered.move_to_end(name)
+            while len(self._remembered) > REMEMBERED:
+                self._remembered.popitem(last=False)
+
+    def _recall(self, name: str) -> Known | None:
+        with self._lock:
+            return self._remembered.get(name)
+
+    def _forget_known(self, name: str) -> None:
+        with self._lock:
+            self._remembered.pop(name, None)
 
     def _fetch_many(self, names: Sequence[str], operation: str) -> list[Current | None]:
         return self._map(lambda name: self._fetch(name, operation), names)
@@ -363,14 +584,27 @@ class S3Backend(ObjectLayout):
                 Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True}
             )
 
-    def _map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    def _map(
+        self, fn: Callable[[T], R], items: Sequence[T], pool: ThreadPoolExecutor | None = None
+    ) -> list[R]:
         if len(items) <= 1:
             return [fn(item) for item in items]
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(16, thread_name_prefix="agent-checkpoint-s3")
-            pool = self._pool
+        if pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(16, thread_name_prefix="agent-checkpoint-s3")
+                pool = self._pool
         return list(pool.map(fn, items))
+
+    def _segment_pool(self) -> ThreadPoolExecutor:
+        """Threads for a record's segments: a pool of their own, since loads run in ``_map``'s
+        (a load waiting there on its own pool could wait forever)."""
+        with self._lock:
+            if self._segment_threads is None:
+                self._segment_threads = ThreadPoolExecutor(
+                    16, thread_name_prefix="agent-checkpoint-s3-segments"
+                )
+            return self._segment_threads
 
     def _check_bucket(self, operation: str) -> None:
         """A missing bucket would read as missing keys (a HEAD 404 carries no error code), so
@@ -419,3 +653,88 @@ class S3Backend(ObjectLayout):
                 backend=self.name,
                 operation=operation,
             ) from exc
+
+
+class _Write:
+    """One write of a record: the segment objects it uploads (unreferenced until its record
+    commits), its conditional PUT of the record, and the clean-up either way. Objects it
+    uploaded are deleted again unless the record committed or the PUT's outcome is unknown
+    (a transient fault: ``verify(repair=True)`` removes them if it did not land)."""
+
+    def __init__(self, backend: S3Backend, name: str) -> None:
+        self.backend = backend
+        self.name = name
+        self.pending: list[tuple[str, bytes]] = []  # uploaded with the next commit
+        self.owned: list[str] = []
+        self.merged: list[str] = []
+        self.settled = True  # False while a record PUT's outcome is unknown
+        self.committed = False
+
+    def upload(self, data: bytes, *, merged: bool = False) -> str:
+        """A new segment object's id; it is uploaded with the next commit's index entry."""
+        sid = secrets.token_hex(8)
+        self.pending.append((sid, data))
+        self.owned.append(sid)
+        if merged:
+            self.merged.append(sid)
+        return sid
+
+    def commit(
+        self,
+        key: str,
+        summary: Summary,
+        head: bytes,
+        extra: dict[str, Any],
+        current: Known | None,
+    ) -> bool:
+        """PUT the record over ``current`` (``If-Match``) or as new (``If-None-Match``);
+        ``False`` if the condition failed, nothing then referring to this attempt's objects."""
+        b, name = self.backend, self.name
+        token = secrets.token_hex(8)
+        entry = b._entry_path(summary, name, token)
+        fields = {"key": key, **fields_of(summary, token), **extra}
+        body = orjson.dumps(fields) + b"\n" + head
+        mirrored = fields_of(summary, token) | ({"key": key} if HASHED in name else {})
+        if "segs" in extra:
+            mirrored["seg"] = len(extra["segs"])
+        packed = base64.urlsafe_b64encode(orjson.dumps(mirrored)).decode()
+        metadata = {"ac": packed} if len(packed) <= META_LIMIT else {}
+        condition = {"IfMatch": f'"{current.etag}"'} if current else {"IfNoneMatch": "*"}
+        # the entry and the segments go first: a committed record never misses either
+        puts = [(entry, b"")] + [(b._segment_path(name, sid), data) for sid, data in self.pending]
+        with b._translate("save"):
+            b._map(lambda put: b.client.put_object(Bucket=b.bucket, Key=put[0], Body=put[1]),
+                   puts)  # fmt: skip
+            self.pending = []
+            self.settled = False
+            try:
+                response = b.client.put_object(Bucket=b.bucket, Key=b._records + name, Body=body,
+                                               Metadata=metadata, **condition)  # fmt: skip
+            except ClientError as exc:
+                if not _lost_race(exc):
+                    raise
+                self.settled = True
+                b._forget_known(name)
+                b._forget([entry])  # its token was never committed: no one else uses it
+                return False
+        self.settled = self.committed = True
+        etag = str(response.get("ETag", "")).strip('"')
+        if etag:
+            b._remember(name, Known(fields, etag))
+        else:
+            b._forget_known(name)
+        kept = {sid for sid, _ in extra.get("segs", [])}
+        b._forget(b._superseded(name, current, kept))
+        return True
+
+    def discard_merged(self) -> None:
+        """Delete the merged segments of an attempt that lost its race."""
+        if self.merged and self.settled:
+            gone, self.merged = set(self.merged), []
+            self.owned = [sid for sid in self.owned if sid not in gone]
+            self.backend._forget([self.backend._segment_path(self.name, sid) for sid in gone])
+
+    def close(self) -> None:
+        if not self.committed and self.settled and self.owned:
+            paths = [self.backend._segment_path(self.name, sid) for sid in self.owned]
+            self.backend._forget(paths)

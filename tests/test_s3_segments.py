@@ -1,0 +1,424 @@
+"""The S3 backend's growing histories (``Appending``) against a real SeaweedFS server: a put
+that extends the previous revision uploads only the new messages and a small head, reads stay
+byte-exact, racing appenders have one winner, and no segment object outlives its record."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+from support.seaweed import S3Server, purge
+
+from agent_checkpoint import Store
+from agent_checkpoint.appender import Appender, Encoded, Tail
+from agent_checkpoint.backends.base import Record
+from agent_checkpoint.backends.objects import key_name
+from agent_checkpoint.backends.s3 import S3Backend, merge_start
+from agent_checkpoint.errors import UnreadableEnvelopeError
+from agent_checkpoint.model import Message, RunCheckpoint
+from agent_checkpoint.store import _summary
+from agent_checkpoint.testing import checkpoint
+
+BUCKET = "agent-checkpoint-segments"
+
+
+@pytest.fixture(scope="module")
+def client(s3_server: S3Server) -> Iterator[Any]:
+    made = s3_server.client()
+    made.create_bucket(Bucket=BUCKET)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def prefix(client: Any) -> Iterator[str]:
+    name = f"g-{uuid.uuid4().hex[:12]}"
+    yield name
+    purge(client, BUCKET, name + "/")
+
+
+class Recording:
+    """The boto3 client, recording every call: (operation, Key, bytes sent)."""
+
+    def __init__(self, client: Any) -> None:
+        self.inner = client
+        self.calls: list[tuple[str, str, int]] = []
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+        if name not in ("put_object", "get_object", "head_object", "delete_object",
+                        "delete_objects", "list_objects_v2"):  # fmt: skip
+            return method
+
+        def call(**kwargs: Any) -> Any:
+            with self._lock:
+                self.calls.append((name, kwargs.get("Key", ""), len(kwargs.get("Body", b""))))
+            return method(**kwargs)
+
+        return call
+
+
+def backend_on(client: Any, prefix: str, max_segments: int | None = None) -> S3Backend:
+    backend = S3Backend(client, BUCKET, prefix)
+    if max_segments is not None:
+        backend.max_segments = max_segments
+    return backend
+
+
+def plain(ckpt: RunCheckpoint, saved_at: int) -> bytes:
+    """What a full write stores."""
+    return orjson.dumps({"format": "conversation-v1", "data": ckpt.to_json(), "savedAt": saved_at})
+
+
+def grow(n: int, start: int = 0) -> list[tuple[Message, ...]]:
+    out: list[tuple[Message, ...]] = []
+    history: tuple[Message, ...] = ()
+    for i in range(start + n):
+        history = (
+            *history,
+            Message(("user", "assistant")[i % 2], f"message {i} " + "x" * (i % 50)),
+        )
+        if i >= start:
+            out.append(history)
+    return out
+
+
+def objects(client: Any, prefix: str, under: str) -> dict[str, int]:
+    found: dict[str, int] = {}
+    pages = client.get_paginator("list_objects_v2").paginate(
+        Bucket=BUCKET, Prefix=f"{prefix}/{under}/"
+    )
+    for page in pages:
+        found.update((item["Key"], item["Size"]) for item in page.get("Contents", []))
+    return found
+
+
+def header(client: Any, prefix: str, key: str) -> dict[str, Any]:
+    data = client.get_object(Bucket=BUCKET, Key=f"{prefix}/records/{key_name(key)}")["Body"].read()
+    fields: dict[str, Any] = orjson.loads(data.partition(b"\n")[0])
+    return fields
+
+
+def referenced(client: Any, prefix: str, keys: list[str]) -> set[str]:
+    """The segment objects the records of ``keys`` refer to."""
+    out: set[str] = set()
+    for key in keys:
+        for sid, _ in header(client, prefix, key).get("segs", []):
+            out.add(f"{prefix}/segments/{key_name(key)}/{sid}")
+    return out
+
+
+# -- growth ----------------------------------------------------------------------------------
+
+
+def test_growth_reads_back_exactly_what_a_full_write_stores(client: Any, prefix: str) -> None:
+    backend = backend_on(client, prefix)
+    store = Store(backend)
+    base = checkpoint("grow", principal="p", agent="a")
+    for i, history in enumerate(grow(70)):
+        ckpt = base.evolve(history=history, last_completed_iteration=i)
+        summary = store.put(ckpt, key="g")
+        # the same bytes written whole by the plain save, under another key
+        whole = _summary("w", store.codec.digest(orjson.loads(plain(ckpt, summary.saved_at))), 0)
+        backend.save(Record(whole, plain(ckpt, summary.saved_at)))
+        grown, written = backend.load("g"), backend.load("w")
+        assert grown is not None and written is not None
+        assert grown.body == written.body == plain(ckpt, summary.saved_at)
+        assert grown.summary.size == summary.size == len(grown.body)
+        assert grown.summary.message_count == written.summary.message_count
+        assert store.head("g") == summary
+    fields = header(client, prefix, "g")
+    assert 1 < len(fields["segs"]) <= backend.max_segments
+    assert set(objects(client, prefix, "segments")) == referenced(client, prefix, ["g"])
+    # another process (no remembered state) reads it the same
+    fresh = S3Backend(client, BUCKET, prefix)
+    assert fresh.load("g") == backend.load("g")
+
+
+def test_a_put_that_extends_uploads_only_the_new_message_and_a_small_head(
+    client: Any, prefix: str
+) -> None:
+    recording = Recording(client)
+    store = Store(backend_on(recording, prefix))
+    base = checkpoint("grow")
+    histories = grow(340)
+    for history in histories[:300]:
+        store.put(base.evolve(history=history), key="g")
+    head_size = len(plain(base.evolve(history=()), 0))
+    small = head_size + 1500  # the head, and a header listing at most 32 segments
+    plain_appends = 0
+    for history in histories[300:]:
+        recording.calls.clear()
+        store.put(base.evolve(history=history), key="g")
+        new_message = len(orjson.dumps(history[-1].to_json()))
+        puts = [(key, size) for op, key, size in recording.calls if op == "put_object"]
+        segment_puts = sorted(size for key, size in puts if "/segments/" in key)
+        [record_put] = [size for key, size in puts if "/records/" in key]
+        assert record_put < small
+        reads = [op for op, _, _ in recording.calls if op in ("get_object", "head_object")]
+        if segment_puts == [new_message]:  # no read: the new message alone
+            assert reads == []
+            assert sum(size for _, size in puts) < new_message + small
+            plain_appends += 1
+        else:  # a merge of the newest segments, read back and written as one
+            assert len(segment_puts) == 2 and new_message in segment_puts
+            assert reads and all(op == "get_object" for op in reads)
+    assert plain_appends >= 35
+    history_bytes = len(orjson.dumps([m.to_json() for m in histories[-1]]))
+    assert history_bytes > 10 * small
+
+
+def test_a_record_written_whole_by_the_previous_version_reads_and_grows(
+    client: Any, prefix: str
+) -> None:
+    base = checkpoint("old", principal="p")
+    histories = grow(5)
+    ckpt = base.evolve(history=histories[0])
+    body = plain(ckpt, 1000)
+    # exactly what the previous version wrote: header line, body, no segments
+    old = Store(S3Backend(client, BUCKET, prefix))
+    summary = _summary("k", old.codec.digest(orjson.loads(body)), len(body))
+    old.backend.save(Record(summary, body))
+    assert "segs" not in header(client, prefix, "k")
+
+    recording = Recording(client)
+    store = Store(backend_on(recording, prefix))
+    got = store.get_record("k")
+    assert got is not None and got.body == body
+    for i, history in enumerate(histories[1:], start=1):
+        recording.calls.clear()
+        grown = base.evolve(history=history)
+        summary = store.put(grown, key="k")
+        assert store.get_record("k").body == plain(grown, summary.saved_at)  # type: ignore[union-attr]
+        segments = [size for op, key, size in recording.calls
+                    if op == "put_object" and "/segments/" in key]  # fmt: skip
+        if i == 1:  # a full write, now in segments
+            assert segments == [len(orjson.dumps([m.to_json() for m in history])) - 2]
+        else:
+            assert segments == [len(orjson.dumps(history[-1].to_json()))]
+    assert summary.revision == 5
+
+
+@pytest.mark.parametrize("limit", [2, 3, 5])
+def test_merging_at_the_limit_stays_exact_and_leaves_nothing_behind(
+    client: Any, prefix: str, limit: int
+) -> None:
+    store = Store(backend_on(client, prefix, max_segments=limit))
+    base = checkpoint("grow")
+    for history in grow(40):
+        ckpt = base.evolve(history=history)
+        summary = store.put(ckpt, key="g")
+        assert store.get_record("g").body == plain(ckpt, summary.saved_at)  # type: ignore[union-attr]
+        segs = header(client, prefix, "g")["segs"]
+        assert len(segs) <= limit
+        assert set(objects(client, prefix, "segments")) == referenced(client, prefix, ["g"])
+
+
+def test_the_merge_policy_keeps_rewrites_rare() -> None:
+    for n, bound in ((1000, 2.0), (10_000, 3.0)):
+        segs: list[int] = []
+        rewritten = 0
+        for _ in range(n):
+            if len(segs) + 1 > 32:
+                start = merge_start(segs, 32)
+                assert start <= 30 and len(segs) - start >= 2
+                rewritten += sum(segs[start:])
+                segs = [*segs[:start], sum(segs[start:])]
+            segs.append(1)
+            assert len(segs) <= 32
+        assert rewritten < bound * n  # merging everything at the limit rewrites ~16x (n=1000)
+
+
+def test_an_empty_history_and_empty_extensions_store_no_segment(client: Any, prefix: str) -> None:
+    store = Store(backend_on(client, prefix))
+    base = checkpoint("empty").evolve(history=())
+    for ckpt in (base, base.evolve(last_completed_iteration=3)):
+        summary = store.put(ckpt, key="e")
+        assert store.get_record("e").body == plain(ckpt, summary.saved_at)  # type: ignore[union-attr]
+    assert objects(client, prefix, "segments") == {}
+
+
+# -- races -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [32, 2])
+def test_two_racing_appenders_from_one_base_have_exactly_one_winner(
+    client: Any, prefix: str, limit: int
+) -> None:
+    writers = [backend_on(client, prefix, limit), backend_on(client, prefix, limit)]
+    appender = Appender()
+    base = checkpoint("race", principal="p")
+    first = base.evolve(history=grow(3)[-1])
+    encoded = appender.encode(first, 1000, None)
+    body = encoded.body()
+    landed = writers[0].save_split(
+        Record(_summary("r", encoded.digest, len(body)), body), encoded.split
+    )
+    appender.landed("r", first, encoded, landed)
+    expected = body
+    for round_ in range(6):
+        tail = appender.tail("r")
+        assert tail is not None
+        contenders = []
+        for w in range(2):
+            extra = Message("user", f"round {round_} writer {w}")
+            ckpt = base.evolve(history=(*tail.history, extra))
+            contenders.append((ckpt, appender.encode(ckpt, 2000 + round_, tail)))
+        results: list[Any] = [None, None]
+        barrier = threading.Barrier(2)
+
+        def contend(
+            w: int, enc: Encoded, tail: Tail, barrier: threading.Barrier, results: list[Any]
+        ) -> None:
+            summary = _summary("r", enc.digest, enc.size)
+            barrier.wait()
+            results[w] = writers[w].append(
+                summary, enc.split, base_revision=tail.revision, base_digest=tail.digest
+            )
+
+        threads = [
+            threading.Thread(target=contend, args=(w, contenders[w][1], tail, barrier, results))
+            for w in range(2)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [w for w in range(2) if results[w] is not None]
+        assert len(winners) == 1, results
+        ckpt, enc = contenders[winners[0]]
+        appender.landed("r", ckpt, enc, results[winners[0]])
+        stored = writers[1 - winners[0]].load("r")
+        assert stored is not None and stored.body == plain(ckpt, 2000 + round_)
+        assert stored.body != expected
+        expected = stored.body
+        assert stored.summary.revision == round_ + 2
+        # no segment of the loser is left, referenced or not
+        assert set(objects(client, prefix, "segments")) == referenced(client, prefix, ["r"])
+        assert len(header(client, prefix, "r")["segs"]) <= limit
+
+
+def test_an_append_over_a_changed_record_changes_nothing(client: Any, prefix: str) -> None:
+    backend = backend_on(client, prefix)
+    store = Store(backend)
+    base = checkpoint("g")
+    histories = grow(4)
+    store.put(base.evolve(history=histories[0]), key="g")
+    store.put(base.evolve(history=histories[1]), key="g")
+    tail = store._appender.tail("g")
+    assert tail is not None
+    other = Store(S3Backend(client, BUCKET, prefix))
+    other.put(base.evolve(history=histories[2]), key="g")  # a full write by someone else
+    before = (backend.load("g"), objects(client, prefix, "segments"))
+    enc = Appender().encode(base.evolve(history=histories[3]), 5, tail)
+    summary = _summary("g", enc.digest, enc.size)
+    assert backend.append(summary, enc.split, base_revision=tail.revision,
+                          base_digest=tail.digest) is None  # fmt: skip
+    assert (backend.load("g"), objects(client, prefix, "segments")) == before
+    assert backend.append(summary, enc.split, base_revision=3, base_digest=tail.digest) is None
+    assert (backend.load("g"), objects(client, prefix, "segments")) == before
+
+
+def test_readers_never_see_a_torn_history_while_merges_delete_segments(
+    client: Any, prefix: str
+) -> None:
+    writer = Store(backend_on(client, prefix, max_segments=2))
+    reader = Store(S3Backend(client, BUCKET, prefix))
+    base = checkpoint("g")
+    histories = grow(60)
+    writer.put(base.evolve(history=histories[0]), key="g")
+    stop = threading.Event()
+    seen: list[int] = []
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                got = reader.get("g")
+                assert got is not None
+                assert got.history == histories[len(got.history) - 1]
+                seen.append(len(got.history))
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=read) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for history in histories[1:]:
+            writer.put(base.evolve(history=history), key="g")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors[0]
+    assert len(set(seen)) > 5
+
+
+# -- deletion, retention, whole writes, repair ----------------------------------------------
+
+
+def test_delete_retention_and_whole_writes_remove_the_segments(client: Any, prefix: str) -> None:
+    clock = [0]
+    store = Store(backend_on(client, prefix, max_segments=4), clock=lambda: clock[0])
+    base = checkpoint("g")
+    for key, saved_at in (("a", 1000), ("b", 2000), ("c", 3000), ("d", 4000)):
+        for i, history in enumerate(grow(6)):
+            clock[0] = saved_at + i
+            store.put(base.evolve(history=history), key=key)
+    assert len(objects(client, prefix, "segments")) > 8
+    assert store.delete("a") is True
+    assert store.forget_older_than(2500).forgotten == 1  # "b"
+    assert set(objects(client, prefix, "segments")) == referenced(client, prefix, ["c", "d"])
+    # a whole write over a split record (what copy and migrate do) removes its old segments
+    record = store.get_record("c")
+    assert record is not None
+    store.put_record(record)
+    assert "segs" not in header(client, prefix, "c")
+    assert store.get_record("c").body == record.body  # type: ignore[union-attr]
+    assert set(objects(client, prefix, "segments")) == referenced(client, prefix, ["d"])
+    store.delete("c")
+    store.delete("d")
+    assert objects(client, prefix, "segments") == {}
+    assert objects(client, prefix, "records") == {} and objects(client, prefix, "index") == {}
+
+
+def test_repair_deletes_orphaned_segments_and_never_a_referenced_one(
+    client: Any, prefix: str
+) -> None:
+    backend = backend_on(client, prefix, max_segments=4)
+    store = Store(backend)
+    base = checkpoint("g")
+    for history in grow(9):
+        ckpt = base.evolve(history=history)
+        summary = store.put(ckpt, key="g")
+    kept = referenced(client, prefix, ["g"])
+    # as if writers had died between their segment's PUT and their record's
+    orphans = {f"{prefix}/segments/{key_name('g')}/0123456789abcdef",
+               f"{prefix}/segments/{key_name('gone')}/fedcba9876543210"}  # fmt: skip
+    for path in orphans:
+        client.put_object(Bucket=BUCKET, Key=path, Body=b'{"role":"user","content":"x"}')
+    young = backend.verify(repair=True)  # within grace: possibly writes in flight
+    assert young["orphans"] == 0
+    assert set(objects(client, prefix, "segments")) == kept | orphans
+    report = backend.verify(repair=True, grace=0)
+    assert report == {"records": 1, "missing": 0, "stale": 0, "orphans": 2}
+    assert set(objects(client, prefix, "segments")) == kept
+    assert store.get_record("g").body == plain(ckpt, summary.saved_at)  # type: ignore[union-attr]
+    assert backend.verify(grace=0)["orphans"] == 0
+
+
+def test_a_lost_segment_reads_as_unreadable_not_as_absent(client: Any, prefix: str) -> None:
+    store = Store(backend_on(client, prefix))
+    for history in grow(3):
+        store.put(checkpoint("g").evolve(history=history), key="g")
+    lost = sorted(referenced(client, prefix, ["g"]))[0]
+    client.delete_object(Bucket=BUCKET, Key=lost)
+    with pytest.raises(UnreadableEnvelopeError):
+        Store(S3Backend(client, BUCKET, prefix)).get("g")
