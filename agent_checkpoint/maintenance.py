@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from .backends.base import Record, Repairable
+from .backends.segments import Collecting
 from .errors import BackendError, CheckpointError, ConflictError
 from .store import Store
 
@@ -196,6 +197,9 @@ class VerifyReport:
     stale: list[str] = field(default_factory=list)
     unlisted: list[str] = field(default_factory=list)
     repaired: int | None = None
+    orphans: int = 0
+    """Segment objects no record refers to (left by writers that died mid-write): garbage,
+    not lost data; ``repair`` removes them."""
 
     @property
     def ok(self) -> bool:
@@ -212,13 +216,22 @@ def _decodes(store: Store, record: Record) -> bool:
     return True
 
 
-def verify_store(store: Store, *, repair: bool = False, on_record: Tick = _noop) -> VerifyReport:
+def verify_store(
+    store: Store, *, repair: bool = False, on_record: Tick = _noop, grace: float = 300.0
+) -> VerifyReport:
     """Decode every record and check the index against the records.
 
     Where the backend writes its index after the record (``Repairable``: disk, S3), records
     missing from the index are found too, and ``repair`` rebuilds the index from the records.
+    Where it keeps history segments as objects of their own (``Collecting``: S3), segment
+    objects older than ``grace`` seconds that no record refers to are counted, and ``repair``
+    deletes them.
     """
     report = VerifyReport()
+    backend = store.backend
+    if isinstance(backend, Collecting):
+        collector = backend
+        report.orphans = store.call(lambda: collector.collect_orphans(delete=repair, grace=grace))
     listed: set[str] = set()
     for summary in store.iter_summaries(page_size=500):
         on_record()
@@ -229,7 +242,6 @@ def verify_store(store: Store, *, repair: bool = False, on_record: Tick = _noop)
         elif not _decodes(store, record):
             report.unreadable.append(summary.key)
         report.checked += 1
-    backend = store.backend
     if isinstance(backend, Repairable):
         for record in backend.iter_records():
             if record.key not in listed:

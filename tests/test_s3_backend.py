@@ -33,6 +33,7 @@ from agent_checkpoint.errors import BackendError, BackendUnavailableError, Confl
 from agent_checkpoint.maintenance import verify_store
 from agent_checkpoint.store import RetryPolicy
 from agent_checkpoint.testing import (
+    AppendingConformance,
     ClaimsConformance,
     EncryptionConformance,
     StoreConformance,
@@ -68,7 +69,7 @@ def store(client: Any, prefix: str) -> Iterator[Store]:
         yield opened
 
 
-class TestS3Store(StoreConformance, ClaimsConformance, EncryptionConformance):
+class TestS3Store(StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance):
     pass
 
 

@@ -364,6 +364,17 @@ class S3Backend(ObjectLayout):
         return {"records": count, "missing": len(missing), "stale": len(stale),
                 "orphans": len(orphans)}  # fmt: skip
 
+    def collect_orphans(self, *, delete: bool = False, grace: float = 300.0) -> int:
+        self._check_bucket("verify")
+        segments, now = self._list_all(self._segments)
+        cutoff = now - timedelta(seconds=grace)
+        orphans = self._orphans([path for path, modified in segments if modified <= cutoff])
+        if delete:
+            with self._translate("verify"):
+                for chunk in range(0, len(orphans), PAGE):
+                    self._delete_many(orphans[chunk : chunk + PAGE])
+        return len(orphans)
+
     def _orphans(self, paths: Sequence[str]) -> list[str]:
         """The segment objects among ``paths`` that their record does not refer to."""
         by_name: dict[str, list[str]] = {}

@@ -29,7 +29,7 @@ import xxhash
 
 from .base import Record, Summary, plan_save
 
-__all__ = ["GAP", "Appending", "Split", "assemble", "chain", "merge", "plan_append"]
+__all__ = ["GAP", "Appending", "Collecting", "Split", "assemble", "chain", "merge", "plan_append"]
 
 GAP = b"\x00"
 """Where the history array's contents are cut out of a head."""
@@ -97,4 +97,15 @@ class Appending(Protocol):
         Otherwise change nothing and return ``None``: a refused append means another write
         came between, never that the record holds too many segments. ``summary.size`` is the
         assembled size after the append."""
+        ...
+
+
+@runtime_checkable
+class Collecting(Protocol):
+    """Optional: segments kept as objects of their own, which a writer that died between
+    uploading a segment and committing its record leaves behind, referenced by no record."""
+
+    def collect_orphans(self, *, delete: bool = False, grace: float = 300.0) -> int:
+        """How many segment objects older than ``grace`` seconds no record refers to; with
+        ``delete``, remove them. Younger ones may belong to a write still in flight."""
         ...

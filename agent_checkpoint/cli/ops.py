@@ -165,6 +165,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 "staleIndexEntries": report.stale,
                 "missingFromIndex": report.unlisted,
                 "repaired": report.repaired is not None,
+                "orphanedSegments": report.orphans,
             }
         )
     else:
@@ -180,6 +181,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             print(f"  missing from index: {key}")
         if report.repaired is not None:
             print(f"index rebuilt: {report.repaired} record(s) listed")
+        if report.orphans:
+            done = "removed" if args.repair else "left (verify --repair removes them)"
+            print(f"{report.orphans} orphaned history segment object(s) {done}")
     return EXIT["ok"] if report.ok else EXIT["invalid"]
 
 
