@@ -238,3 +238,20 @@ def test_message_key_order_survives_the_fast_writer(keys: tuple[str, ...]) -> No
     values = {"role": "tool", "content": "x", "toolCallId": "c", "toolName": "t"}
     doc = {k: values[k] for k in keys}
     assert list(Message.from_json(doc).to_json()) == list(keys)
+
+
+def test_a_known_key_order_still_keeps_values_of_another_shape_verbatim() -> None:
+    good = {"role": "tool", "content": "x", "toolCallId": "c1", "toolName": "t"}
+    odd = {"role": "tool", "content": "x", "toolCallId": 7, "toolName": None}
+    for doc in (good, odd, good):  # the same key order, read three times
+        message = Message.from_json(doc)
+        assert orjson.dumps(message.to_json()) == orjson.dumps(doc)
+    message = Message.from_json(odd)
+    assert message.tool_call_id is None and message.tool_name is None
+    assert dict(message.extra) == {"toolCallId": 7, "toolName": None}
+    call = ToolCall.from_json({"id": "c", "name": "n"})  # no args: the default, made per call
+    assert call.args == {} and call.to_json() == {"id": "c", "name": "n", "args": {}}
+    from agent_checkpoint.model._struct import Mismatch
+
+    with pytest.raises(Mismatch):  # a part missing a required key keeps another shape
+        Message.from_json({"content": "no role"})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar
 
 Json = Any
@@ -71,6 +72,14 @@ def listed(value: tuple[Any, ...]) -> list[Any]:
 
 S = TypeVar("S", bound="Struct")
 
+NO_EXTRA: JsonObject = MappingProxyType({})
+"""The ``extra`` of a part read without unknown keys (shared: it cannot be changed)."""
+
+_SHAPES_KEPT = 256
+"""Key orders remembered per class (a history repeats a handful)."""
+
+Shape = tuple[tuple[str, Callable[[Json], Any]], ...]
+
 
 @dataclass(frozen=True, slots=True)
 class _Build:
@@ -104,6 +113,7 @@ class Struct:
     FIELDS: ClassVar[tuple[Field, ...]] = ()
     _BY_KEY: ClassVar[Mapping[str, Field]] = {}
     _ENCODE: ClassVar[tuple[tuple[str, str, Callable[[Any], Json] | None], ...]] = ()
+    _SHAPES: ClassVar[dict[tuple[str, ...], Shape | None]] = {}
 
     extra: JsonObject
     key_order: tuple[str, ...] | None
@@ -114,10 +124,63 @@ class Struct:
         cls._ENCODE = tuple(
             (f.key, f.attr, None if f.encode is same else f.encode) for f in cls.FIELDS
         )
+        cls._SHAPES = {}
 
     @classmethod
     def from_json(cls: type[S], data: JsonObject) -> S:
         """Build from a decoded JSON object without validating it (the door does that)."""
+        order = tuple(data)
+        shapes = cls._SHAPES
+        shape = shapes.get(order, ())
+        if shape == ():
+            shape = cls._shape(order)
+            if len(shapes) < _SHAPES_KEPT:
+                shapes[order] = shape
+        if shape is not None:  # known keys only, the required ones among them
+            state: dict[str, Any] = {"extra": NO_EXTRA, "key_order": order}
+            for (attr, decode), value in zip(shape, data.values(), strict=True):
+                if decode is text:
+                    if not isinstance(value, str):
+                        break
+                    state[attr] = value
+                    continue
+                if value is None:
+                    break
+                try:
+                    state[attr] = decode(value)
+                except Mismatch:
+                    break
+            else:
+                instance = object.__new__(cls)
+                object.__setattr__(instance, "__dict__", state)
+                return instance
+        return cls._from_any(data, order)
+
+    @classmethod
+    def _shape(cls, order: tuple[str, ...]) -> Shape | None:
+        """How to read objects with exactly these keys, in this order, without the generic
+        loop; ``None`` when some key is unknown, a required one is missing, or instances
+        have no ``__dict__`` or need a default made per instance."""
+        plan = cls.__dict__.get("_PLAN") or _build_plan(cls)
+        cls._PLAN = plan  # type: ignore[attr-defined]
+        by_key = cls._BY_KEY
+        if not plan.direct or (
+            plan.factories
+            and any(
+                a not in {by_key[k].attr for k in order if k in by_key} for a, _ in plan.factories
+            )
+        ):
+            return None
+        if any(k not in by_key for k in order):
+            return None
+        present = {by_key[k].attr for k in order}
+        if any(a not in present for a in plan.required):
+            return None
+        return tuple((by_key[k].attr, by_key[k].decode) for k in order)
+
+    @classmethod
+    def _from_any(cls: type[S], data: JsonObject, order: tuple[str, ...]) -> S:
+        """``from_json`` for any object: unknown keys and values of another shape kept."""
         by_key = cls._BY_KEY
         kwargs: dict[str, Any] = {}
         extra: dict[str, Json] = {}
@@ -137,7 +200,7 @@ class Struct:
                 kwargs[field.attr] = decode(value)
             except Mismatch:
                 extra[key] = value
-        return cls._build(kwargs, extra, tuple(data))
+        return cls._build(kwargs, extra, order)
 
     @classmethod
     def _build(

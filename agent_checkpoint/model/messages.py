@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Literal
 
 from ._struct import (
@@ -82,12 +81,8 @@ class InjectedBy(Struct):
     )
 
 
-_PLAIN_KEYS = frozenset(("role", "content"))
-_NO_EXTRA: JsonObject = MappingProxyType({})
-
-
-# Not slotted: the fields' defaults live on the class, so the common plain message is built
-# from its two strings without running __init__ (histories hold thousands of them).
+# Not slotted, like the parts above: ``Struct.from_json`` fills an instance's __dict__ in one
+# step, and the absent fields' defaults live on the class (histories hold thousands).
 @dataclass(frozen=True)
 class Message(Struct):
     """One turn of history. ``content`` is always a string; tool-calling turns carry ``""``."""
@@ -113,18 +108,6 @@ class Message(Struct):
         Field("ephemeral", "ephemeral", boolean, same),
         Field("injectedBy", "injected_by", part(InjectedBy), encode_part),
     )
-
-    @classmethod
-    def from_json(cls, data: JsonObject) -> Message:
-        if len(data) == 2 and data.keys() == _PLAIN_KEYS:
-            role, content = data["role"], data["content"]
-            if type(role) is str and type(content) is str:
-                message = object.__new__(cls)
-                message.__dict__.update(
-                    role=role, content=content, extra=_NO_EXTRA, key_order=tuple(data)
-                )
-                return message
-        return super().from_json(data)
 
     def to_json(self) -> dict[str, Json]:
         if self.extra or (self.key_order is not None and self.key_order not in _CANONICAL):
