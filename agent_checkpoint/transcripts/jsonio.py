@@ -104,7 +104,7 @@ class JsonLines:
         limit = self.max_record_bytes
         if os.fstat(f.fileno()).st_size - offset <= min(_WHOLE, limit):
             f.seek(offset)
-            pieces = f.read().split(b"\n")
+            pieces = _whole(f)
             last = pieces.pop()
             for piece in pieces:
                 yield offset, piece, True
@@ -126,19 +126,6 @@ class JsonLines:
                 )
             yield offset, raw, ended
             offset += len(raw)
-
-    def values(self, f: BinaryIO) -> Iterator[tuple[int, Json]]:
-        """Each non-blank line's number and value, from the open file ``f``; the first line
-        that is not JSON is refused (whatever ``tolerate`` says)."""
-        for number, (_, raw, _) in enumerate(self._raw_lines(f), 1):
-            stripped = raw.strip(_WS)
-            if stripped:
-                try:
-                    yield number, loads(stripped)
-                except (ValueError, UnicodeDecodeError) as exc:
-                    raise MalformedTranscriptError(
-                        f"{self.path}: line {number} is not valid JSON ({_reason(exc)})"
-                    ) from None
 
     def __iter__(self) -> Iterator[Line]:
         self.notes = []
@@ -179,6 +166,35 @@ class JsonLines:
                     raise MalformedTranscriptError(
                         f"{self.path}: the file changed while it was read (byte {offset})"
                     ) from None
+
+
+def _whole(f: BinaryIO) -> list[bytes]:
+    """The rest of ``f`` split at newlines, a BOM at its start skipped."""
+    data = f.read()
+    return (data[3:] if data.startswith(BOM) else data).split(b"\n")
+
+
+def read_values(
+    f: BinaryIO, name: str, *, max_record_bytes: int = MAX_RECORD_BYTES
+) -> Iterator[tuple[int, Json]]:
+    """Each non-blank line's number and value from the open JSON Lines file ``f`` (named
+    ``name`` in errors): ``JsonLines`` without its tolerance of bad lines and without a
+    ``Line`` per record, for readers that refuse the first line that is not JSON."""
+    lines: Iterable[bytes]
+    if os.fstat(f.fileno()).st_size <= min(_WHOLE, max_record_bytes):
+        lines = _whole(f)
+    else:
+        stream = JsonLines(Path(name), max_record_bytes=max_record_bytes)
+        lines = (raw for _, raw, _ in stream._raw_lines(f))
+    for number, raw in enumerate(lines, 1):
+        stripped = raw.strip(_WS)
+        if stripped:
+            try:
+                yield number, loads(stripped)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise MalformedTranscriptError(
+                    f"{name}: line {number} is not valid JSON ({_reason(exc)})"
+                ) from None
 
 
 def _reason(exc: Exception) -> str:

@@ -27,7 +27,7 @@ import orjson
 
 from ..model import Json, JsonObject
 from .errors import MalformedTranscriptError, TranscriptNotFoundError
-from .jsonio import MAX_RECORD_BYTES, JsonLines, dump_line
+from .jsonio import MAX_RECORD_BYTES, dump_line, read_values
 
 __all__ = [
     "TURN_KEYS",
@@ -263,14 +263,13 @@ def read_turns(
     path: str | os.PathLike[str], *, max_record_bytes: int = MAX_RECORD_BYTES
 ) -> Iterator[Turn]:
     """Stream the turns of a canonical turn file, refusing any line that is not a turn."""
+    name = os.fspath(path)
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below; a generator cannot use `with` here
+        f = open(name, "rb")  # noqa: SIM115 - closed below; a generator cannot use `with` here
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        raise TranscriptNotFoundError(f"{os.fspath(path)}: no such file") from None
-    lines = JsonLines(Path(path), max_record_bytes=max_record_bytes, tolerate="none")
+        raise TranscriptNotFoundError(f"{name}: no such file") from None
     try:
-        name = str(lines.path)
-        for number, value in lines.values(f):
+        for number, value in read_values(f, name, max_record_bytes=max_record_bytes):
             yield _turn(value, (name, number))
     finally:
         f.close()

@@ -153,8 +153,20 @@ def test_small_files_read_whole_give_what_reading_line_by_line_gives(
         except MalformedTranscriptError as exc:
             return str(exc), lines.notes
 
-    whole = read()
+    def values() -> list[tuple[int, object]] | str:
+        with open(path, "rb") as f:
+            try:
+                return list(jsonio.read_values(f, str(path)))
+            except MalformedTranscriptError as exc:
+                return str(exc)
+
+    whole, whole_values = read(), values()
     monkeypatch.setattr(jsonio, "_WHOLE", 0)  # every file now takes the line-by-line path
     assert read() == whole
+    assert values() == whole_values
+    if tolerate == "none":  # read_values refuses as JsonLines(tolerate="none") does
+        assert whole_values == (
+            whole[0] if isinstance(whole[0], str) else [(ln.number, ln.value) for ln in whole[0]]
+        )
     for line in whole[0] if isinstance(whole[0], list) else []:
         assert list(JsonLines(path).records_at([line.offset])) == [line.value]
