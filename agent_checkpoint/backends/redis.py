@@ -32,7 +32,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
+from redis._parsers.encoders import Encoder
 from redis.backoff import NoBackoff
+from redis.connection import PythonRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisError, ResponseError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -118,6 +120,12 @@ class RedisBackend:
         options.setdefault("socket_connect_timeout", 5.0)
         options.setdefault("socket_timeout", 10.0)
         options["decode_responses"] = False
+        # hiredis parses replies fast, but its command packer copies every argument into one
+        # buffer: 2 ms for a 1.3 MB segment, which redis-py's own packer sends as it is.
+        options.setdefault(
+            "command_packer",
+            PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode),  # type: ignore[no-untyped-call]
+        )
         with translate_errors(cls.name, "connect", transient=TRANSIENT, fatal=(RedisError,)):
             client = redis.Redis.from_url(url, **options)
         return cls(
