@@ -247,10 +247,13 @@ class Store:
                     self._appender.landed(key, checkpoint, encoded, landed)
                     return landed
                 encoded = self._appender.encode(checkpoint, saved_at, None)
-            body = encoded.body()
-            record = Record(_summary(key, encoded.digest, len(body)), body)
+            # A split write stores the head and the segment; the assembled bytes are built
+            # only if a retry must compare them with what landed.
+            record = Record(_summary(key, encoded.digest, encoded.size), b"")
             uncertain = base is not None and attempts > 1
-            landed = self._save(record, if_revision, create_only, encoded.split, uncertain)
+            landed = self._save(
+                record, if_revision, create_only, encoded.split, uncertain, whole=encoded.body
+            )
         except BaseException:
             self._appender.forget(key)
             raise
@@ -278,10 +281,12 @@ class Store:
         create_only: bool,
         split: Split | None,
         uncertain: bool = False,
+        whole: Callable[[], bytes] | None = None,
     ) -> Summary:
         """One write under the retry policy. ``uncertain``: an earlier write of this put may
-        already have landed (its reply was lost)."""
-        self._check_size(record.key, len(record.body))
+        already have landed (its reply was lost). ``whole``: the assembled bytes of a split
+        write (whose ``record.body`` is empty)."""
+        self._check_size(record.key, record.summary.size if whole else len(record.body))
         backend = self.backend
         attempts = 0
 
@@ -298,7 +303,7 @@ class Store:
                 if attempts > 1:
                     # The reply to an earlier attempt may have been lost after it landed.
                     stored = backend.load(record.key)
-                    if stored is not None and stored.body == record.body:
+                    if stored is not None and stored.body == (whole() if whole else record.body):
                         return stored.summary
                 raise
 

@@ -37,7 +37,7 @@ import orjson
 
 from ..errors import BackendError, ConflictError
 from .base import Query, Record, Summary, plan_save
-from .segments import GAP, assemble, plan_append
+from .segments import GAP, assemble, plan_append, plan_split
 from .segments import Split as SegmentSplit
 
 _LOCK_STRIPES = 256
@@ -378,7 +378,7 @@ class DiskBackend:
     ) -> Summary:
         key = record.key
         with self._locked(key):
-            summary = plan_save(
+            summary = plan_split(
                 self.head(key), record, expect_revision=expect_revision, create_only=create_only
             )
             gen = summary.revision

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import ConflictError
 from .base import Query, Record, Summary, is_after, matches, plan_save
-from .segments import Split, assemble, merge, plan_append
+from .segments import Split, assemble, merge, plan_append, plan_split
 
 
 class MemoryBackend:
@@ -63,7 +63,7 @@ class MemoryBackend:
     ) -> Summary:
         with self._lock:
             current = self.head(record.key)
-            summary = plan_save(
+            summary = plan_split(
                 current, record, expect_revision=expect_revision, create_only=create_only
             )
             self._store(current, Record(summary, b""))

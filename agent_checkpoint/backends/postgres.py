@@ -38,7 +38,7 @@ from .postgres_schema import (
     migrate,
     object_names,
 )
-from .segments import Split, assemble
+from .segments import Split, assemble, plan_split
 
 __all__ = ["DEFAULT_TABLE", "LEDGER", "MIGRATIONS", "PostgresBackend"]
 
@@ -295,7 +295,7 @@ class PostgresBackend:
             for _ in range(2):
                 row = conn.execute(self._lock_row, (key,)).fetchone()
                 current = None if row is None else Summary(*row[:-1])
-                summary = plan_save(
+                summary = (plan_save if split is None else plan_split)(
                     current, record, expect_revision=expect_revision, create_only=create_only
                 )
                 values = (

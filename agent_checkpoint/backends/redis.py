@@ -175,7 +175,7 @@ class RedisBackend:
         expect_revision: int | None = None,
         create_only: bool = False,
     ) -> Summary:
-        size = len(record.body)
+        size = record.summary.size  # the assembled size: a split write's body is empty
         args = self._args(record.summary, "split", create_only, expect_revision, split.head)
         if len(split.segment) < STAGE_BYTES:
             args += [split.segment, split.digest, str(size)]

@@ -39,7 +39,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from ..errors import BackendError, BackendUnavailableError, ConflictError, InvalidKeyError
 from .base import Query, Record, Summary, plan_save, translate_errors
 from .objects import HASHED, PEEK, Current, Entry, ObjectLayout, fields_of, key_name
-from .segments import Split, assemble, merge, plan_append
+from .segments import Split, assemble, merge, plan_append, plan_split
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -226,7 +226,7 @@ class S3Backend(ObjectLayout):
             for attempt in range(RACES):
                 # If-None-Match refuses an existing key by itself: a create needs no read first
                 current = None if create_only and attempt == 0 else self._known(name, "save", True)
-                summary = plan_save(
+                summary = (plan_save if split is None else plan_split)(
                     self._summary_of(current, name, "save"),
                     record,
                     expect_revision=expect_revision,

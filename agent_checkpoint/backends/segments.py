@@ -29,7 +29,17 @@ import xxhash
 
 from .base import Record, Summary, plan_save
 
-__all__ = ["GAP", "Appending", "Collecting", "Split", "assemble", "chain", "merge", "plan_append"]
+__all__ = [
+    "GAP",
+    "Appending",
+    "Collecting",
+    "Split",
+    "assemble",
+    "chain",
+    "merge",
+    "plan_append",
+    "plan_split",
+]
 
 GAP = b"\x00"
 """Where the history array's contents are cut out of a head."""
@@ -64,6 +74,15 @@ def assemble(head: bytes, segments: list[bytes]) -> bytes:
     return before + merge(segments) + after
 
 
+def plan_split(
+    current: Summary | None, record: Record, *, expect_revision: int | None, create_only: bool
+) -> Summary:
+    """``plan_save`` for ``save_split``, whose ``record.body`` is empty: the assembled bytes are
+    never built for a split write, and ``record.summary.size`` is their size."""
+    planned = plan_save(current, record, expect_revision=expect_revision, create_only=create_only)
+    return replace(planned, size=record.summary.size)
+
+
 def plan_append(current: Summary | None, summary: Summary, *, base_revision: int) -> Summary:
     """``plan_save``'s rules for an append over ``base_revision``; ``summary.size`` is kept."""
     planned = plan_save(
@@ -84,8 +103,8 @@ class Appending(Protocol):
         expect_revision: int | None = None,
         create_only: bool = False,
     ) -> Summary:
-        """``save``, storing ``split`` as the record's head and only segment; ``record.body`` is
-        the assembled bytes (``assemble(split.head, [split.segment])``)."""
+        """``save``, storing ``split`` as the record's head and only segment. ``record.body`` is
+        empty: ``record.summary.size`` is the size of the assembled bytes (``plan_split``)."""
         ...
 
     def append(
