@@ -255,3 +255,21 @@ def test_a_known_key_order_still_keeps_values_of_another_shape_verbatim() -> Non
 
     with pytest.raises(Mismatch):  # a part missing a required key keeps another shape
         Message.from_json({"content": "no role"})
+
+
+def test_key_orders_past_the_remembered_ones_are_read_the_generic_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import itertools
+
+    from agent_checkpoint.model import _struct
+
+    monkeypatch.setattr(_struct, "_SHAPES_KEPT", 2)
+    monkeypatch.setattr(Message, "_SHAPES", {})
+    values = {"role": "tool", "content": "x", "toolCallId": "c1", "toolName": "t"}
+    for keys in itertools.permutations(values):
+        doc = {k: values[k] for k in keys}
+        message = Message.from_json(doc)
+        assert (message.role, message.tool_call_id) == ("tool", "c1")
+        assert orjson.dumps(message.to_json()) == orjson.dumps(doc)
+    assert len(Message._SHAPES) == 2

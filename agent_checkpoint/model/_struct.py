@@ -78,7 +78,44 @@ NO_EXTRA: JsonObject = MappingProxyType({})
 _SHAPES_KEPT = 256
 """Key orders remembered per class (a history repeats a handful)."""
 
-Shape = tuple[tuple[str, Callable[[Json], Any]], ...]
+Reader = Callable[[JsonObject], Any]
+"""Reads an object of one key order into an instance, or returns ``None`` (read it the
+generic way) when a value is not of the expected type."""
+
+
+def _reader(cls: type, order: tuple[str, ...], fields: list[Field]) -> Reader:
+    """A function, compiled for this key order, that checks each value and fills a new
+    instance's ``__dict__`` at once: the loop over fields, unrolled (as ``dataclasses``
+    compiles ``__init__``)."""
+    values = [f"v{i}" for i in range(len(fields))]
+    body = [f"    {', '.join(values)}, = data.values()"]
+    state = []
+    for i, f in enumerate(fields):
+        if f.decode is text:
+            body.append(f"    if type(v{i}) is not str: return None")
+            state.append(f"{f.attr!r}: v{i}")
+        else:
+            body.append(f"    if v{i} is None: return None")
+            body.append(f"    try: d{i} = decode{i}(v{i})")
+            body.append("    except Mismatch: return None")
+            state.append(f"{f.attr!r}: d{i}")
+    state += ["'extra': NO_EXTRA", "'key_order': ORDER"]
+    body.append("    instance = new(cls)")
+    body.append(f"    set_state(instance, '__dict__', {{{', '.join(state)}}})")
+    body.append("    return instance")
+    namespace: dict[str, Any] = {
+        "cls": cls,
+        "ORDER": order,
+        "NO_EXTRA": NO_EXTRA,
+        "Mismatch": Mismatch,
+        "new": object.__new__,
+        "set_state": object.__setattr__,
+        **{f"decode{i}": f.decode for i, f in enumerate(fields)},
+    }
+    # Only our own field names enter the source; the keys read stay data (ORDER).
+    exec("def read(data):\n" + "\n".join(body), namespace)
+    reader: Reader = namespace["read"]
+    return reader
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +150,7 @@ class Struct:
     FIELDS: ClassVar[tuple[Field, ...]] = ()
     _BY_KEY: ClassVar[Mapping[str, Field]] = {}
     _ENCODE: ClassVar[tuple[tuple[str, str, Callable[[Any], Json] | None], ...]] = ()
-    _SHAPES: ClassVar[dict[tuple[str, ...], Shape | None]] = {}
+    _SHAPES: ClassVar[dict[tuple[str, ...], Reader | None]] = {}
 
     extra: JsonObject
     key_order: tuple[str, ...] | None
@@ -131,33 +168,20 @@ class Struct:
         """Build from a decoded JSON object without validating it (the door does that)."""
         order = tuple(data)
         shapes = cls._SHAPES
-        shape = shapes.get(order, ())
-        if shape == ():
-            shape = cls._shape(order)
+        try:
+            reader = shapes[order]
+        except KeyError:  # a new key order: compiled once, while fewer than _SHAPES_KEPT are
+            reader = None
             if len(shapes) < _SHAPES_KEPT:
-                shapes[order] = shape
-        if shape is not None:  # known keys only, the required ones among them
-            state: dict[str, Any] = {"extra": NO_EXTRA, "key_order": order}
-            for (attr, decode), value in zip(shape, data.values(), strict=True):
-                if decode is text:
-                    if not isinstance(value, str):
-                        break
-                    state[attr] = value
-                    continue
-                if value is None:
-                    break
-                try:
-                    state[attr] = decode(value)
-                except Mismatch:
-                    break
-            else:
-                instance = object.__new__(cls)
-                object.__setattr__(instance, "__dict__", state)
+                reader = shapes[order] = cls._shape(order)
+        if reader is not None:  # known keys only, the required ones among them
+            instance: S | None = reader(data)
+            if instance is not None:
                 return instance
         return cls._from_any(data, order)
 
     @classmethod
-    def _shape(cls, order: tuple[str, ...]) -> Shape | None:
+    def _shape(cls, order: tuple[str, ...]) -> Reader | None:
         """How to read objects with exactly these keys, in this order, without the generic
         loop; ``None`` when some key is unknown, a required one is missing, or instances
         have no ``__dict__`` or need a default made per instance."""
@@ -176,7 +200,7 @@ class Struct:
         present = {by_key[k].attr for k in order}
         if any(a not in present for a in plan.required):
             return None
-        return tuple((by_key[k].attr, by_key[k].decode) for k in order)
+        return _reader(cls, order, [by_key[k] for k in order])
 
     @classmethod
     def _from_any(cls: type[S], data: JsonObject, order: tuple[str, ...]) -> S:
