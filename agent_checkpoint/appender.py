@@ -19,8 +19,8 @@ import orjson
 
 from .backends.base import Summary
 from .backends.segments import GAP, Split, chain
-from .codec import Digest, digest_of
-from .model import Json, Message, RunCheckpoint
+from .codec import Digest, count_messages, digest_of
+from .model import Message, RunCheckpoint
 from .validation import check_writable, validate_checkpoint, validate_messages
 
 __all__ = ["Appender", "Encoded", "Tail"]
@@ -56,10 +56,6 @@ class Encoded:
         with only the new segment."""
         before, _, after = self.split.head.partition(GAP)
         return before + self.split.segment + after
-
-
-def _counted(messages: list[dict[str, Json]]) -> int:
-    return sum(1 for m in messages if m.get("role") in ("user", "assistant") and m.get("content"))
 
 
 def _extends(tail: Tail, history: tuple[Message, ...]) -> bool:
@@ -116,10 +112,11 @@ class Appender:
         if tail is not None:
             history_size = tail.history_size + (1 if tail.history_size and segment else 0)
             history_size += len(segment)
-            message_count = tail.message_count + _counted(new)
+            message_count = tail.message_count + count_messages(new)
             digest = chain(tail.digest, segment)
         else:
-            history_size, message_count, digest = len(segment), _counted(new), chain("", segment)
+            history_size, message_count = len(segment), count_messages(new)
+            digest = chain("", segment)
         data["history"] = []
         envelope = {"format": "conversation-v1", "data": data, "savedAt": saved_at}
         summary_digest = digest_of(envelope, message_count=message_count)

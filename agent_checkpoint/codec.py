@@ -9,7 +9,7 @@ backend indexes (owner, agent, failure point, message count) from the envelope o
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ from .migrations import DEFAULT, Migrations
 from .model import Json
 from .validation import check_writable
 
-__all__ = ["Codec", "Digest", "digest_of"]
+__all__ = ["Codec", "Digest", "count_messages", "digest_of"]
 
 _OBJECT_START = re.compile(rb"[ \t\r\n]*\{")
 
@@ -52,6 +52,11 @@ def _conversation(doc: Mapping[str, Any]) -> Mapping[str, Any]:
     return data["conversation"] if doc.get("format") == PAUSED_RUN else data  # type: ignore[no-any-return]
 
 
+def count_messages(history: Iterable[Mapping[str, Any]]) -> int:
+    """The messages a summary counts: user and assistant turns that say something."""
+    return sum(1 for m in history if m.get("role") in ("user", "assistant") and m.get("content"))
+
+
 def digest_of(doc: Mapping[str, Any], *, message_count: int | None = None) -> Digest:
     """The index digest of an envelope; ``message_count`` if the caller counted already."""
     return _digest(doc, message_count)
@@ -63,13 +68,7 @@ def _digest(doc: Mapping[str, Any], message_count: int | None = None) -> Digest:
     fp = conv.get("failurePoint")
     phase = fp.get("phase") if isinstance(fp, dict) else None
     iteration = fp.get("iteration") if isinstance(fp, dict) else None
-    count = message_count
-    if count is None:
-        count = sum(
-            1
-            for m in conv["history"]
-            if m.get("role") in ("user", "assistant") and m.get("content")
-        )
+    count = count_messages(conv["history"]) if message_count is None else message_count
     saved = doc.get("savedAt")
     return Digest(
         run_id=conv["runId"],

@@ -242,7 +242,8 @@ def _run_records(count: int) -> list[Any]:
         return _RECORDS[count]
     _RECORDS.clear()
     from agent_checkpoint import Codec, Message, RunCheckpoint, to_envelope
-    from agent_checkpoint.backends.base import Record, Summary
+    from agent_checkpoint.backends.base import Record
+    from agent_checkpoint.store import summary_for
 
     codec = Codec()
     base = 1_790_000_000_000
@@ -264,19 +265,7 @@ def _run_records(count: int) -> list[Any]:
         data["runId"] = key
         doc["savedAt"] = base + i
         body, digest = codec.encode(doc, key)
-        summary = Summary(
-            key=key,
-            run_id=digest.run_id,
-            saved_at=digest.saved_at,
-            owner=digest.owner,
-            agent_id=digest.agent_id,
-            failure_phase=digest.failure_phase,
-            failure_iteration=digest.failure_iteration,
-            message_count=digest.message_count,
-            size=len(body),
-            revision=0,
-        )
-        records.append(Record(summary, body))
+        records.append(Record(summary_for(key, digest, len(body)), body))
     _RECORDS[count] = records
     return records
 

@@ -12,7 +12,7 @@ from test_resume_race import BACKENDS
 from agent_checkpoint import open_store
 from agent_checkpoint.backends.base import Record
 from agent_checkpoint.cli import main
-from agent_checkpoint.store import _summary
+from agent_checkpoint.store import summary_for
 from agent_checkpoint.testing import checkpoint, stamped
 
 pytestmark = pytest.mark.filterwarnings(
@@ -38,7 +38,7 @@ def seed_disk(path: str) -> None:
                 messages=1 + i % 4,
             )
             body, digest = store.codec.encode(stamped(ckpt, 1_700_000_000_000 + i // 3), key)
-            store.put_record(Record(_summary(key, digest, len(body)), body))
+            store.put_record(Record(summary_for(key, digest, len(body)), body))
 
 
 def listing(url: str) -> list[tuple[object, ...]]:

@@ -20,7 +20,7 @@ from agent_checkpoint.backends.objects import key_name
 from agent_checkpoint.backends.s3 import S3Backend, merge_start
 from agent_checkpoint.errors import UnreadableEnvelopeError
 from agent_checkpoint.model import Message, RunCheckpoint
-from agent_checkpoint.store import _summary
+from agent_checkpoint.store import summary_for
 from agent_checkpoint.testing import checkpoint
 
 BUCKET = "agent-checkpoint-segments"
@@ -124,7 +124,7 @@ def test_growth_reads_back_exactly_what_a_full_write_stores(client: Any, prefix:
         ckpt = base.evolve(history=history, last_completed_iteration=i)
         summary = store.put(ckpt, key="g")
         # the same bytes written whole by the plain save, under another key
-        whole = _summary("w", store.codec.digest(orjson.loads(plain(ckpt, summary.saved_at))), 0)
+        whole = summary_for("w", store.codec.digest(orjson.loads(plain(ckpt, summary.saved_at))), 0)
         backend.save(Record(whole, plain(ckpt, summary.saved_at)))
         grown, written = backend.load("g"), backend.load("w")
         assert grown is not None and written is not None
@@ -182,7 +182,7 @@ def test_a_record_written_whole_by_the_previous_version_reads_and_grows(
     body = plain(ckpt, 1000)
     # exactly what the previous version wrote: header line, body, no segments
     old = Store(S3Backend(client, BUCKET, prefix))
-    summary = _summary("k", old.codec.digest(orjson.loads(body)), len(body))
+    summary = summary_for("k", old.codec.digest(orjson.loads(body)), len(body))
     old.backend.save(Record(summary, body))
     assert "segs" not in header(client, prefix, "k")
 
@@ -257,7 +257,7 @@ def test_two_racing_appenders_from_one_base_have_exactly_one_winner(
     encoded = appender.encode(first, 1000, None)
     body = encoded.body()
     landed = writers[0].save_split(
-        Record(_summary("r", encoded.digest, len(body)), body), encoded.split
+        Record(summary_for("r", encoded.digest, len(body)), body), encoded.split
     )
     appender.landed("r", first, encoded, landed)
     expected = body
@@ -275,7 +275,7 @@ def test_two_racing_appenders_from_one_base_have_exactly_one_winner(
         def contend(
             w: int, enc: Encoded, tail: Tail, barrier: threading.Barrier, results: list[Any]
         ) -> None:
-            summary = _summary("r", enc.digest, enc.size)
+            summary = summary_for("r", enc.digest, enc.size)
             barrier.wait()
             results[w] = writers[w].append(
                 summary, enc.split, base_revision=tail.revision, base_digest=tail.digest
@@ -316,7 +316,7 @@ def test_an_append_over_a_changed_record_changes_nothing(client: Any, prefix: st
     other.put(base.evolve(history=histories[2]), key="g")  # a full write by someone else
     before = (backend.load("g"), objects(client, prefix, "segments"))
     enc = Appender().encode(base.evolve(history=histories[3]), 5, tail)
-    summary = _summary("g", enc.digest, enc.size)
+    summary = summary_for("g", enc.digest, enc.size)
     assert backend.append(summary, enc.split, base_revision=tail.revision,
                           base_digest=tail.digest) is None  # fmt: skip
     assert (backend.load("g"), objects(client, prefix, "segments")) == before

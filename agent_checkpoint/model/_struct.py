@@ -185,22 +185,24 @@ class Struct:
         """How to read objects with exactly these keys, in this order, without the generic
         loop; ``None`` when some key is unknown, a required one is missing, or instances
         have no ``__dict__`` or need a default made per instance."""
-        plan = cls.__dict__.get("_PLAN") or _build_plan(cls)
-        cls._PLAN = plan  # type: ignore[attr-defined]
+        plan = cls._plan()
         by_key = cls._BY_KEY
-        if not plan.direct or (
-            plan.factories
-            and any(
-                a not in {by_key[k].attr for k in order if k in by_key} for a, _ in plan.factories
-            )
-        ):
-            return None
-        if any(k not in by_key for k in order):
+        if not plan.direct or any(k not in by_key for k in order):
             return None
         present = {by_key[k].attr for k in order}
-        if any(a not in present for a in plan.required):
+        needed = (*plan.required, *(attr for attr, _ in plan.factories))
+        if any(attr not in present for attr in needed):
             return None
         return _reader(cls, order, [by_key[k] for k in order])
+
+    @classmethod
+    def _plan(cls) -> _Build:
+        """This class's ``_Build``, worked out once."""
+        plan: _Build | None = cls.__dict__.get("_PLAN")
+        if plan is None:
+            plan = _build_plan(cls)
+            cls._PLAN = plan  # type: ignore[attr-defined]
+        return plan
 
     @classmethod
     def _from_any(cls: type[S], data: JsonObject, order: tuple[str, ...]) -> S:
@@ -230,10 +232,7 @@ class Struct:
     def _build(
         cls: type[S], kwargs: dict[str, Any], extra: dict[str, Json], key_order: tuple[str, ...]
     ) -> S:
-        plan: _Build | None = cls.__dict__.get("_PLAN")
-        if plan is None:
-            plan = _build_plan(cls)
-            cls._PLAN = plan  # type: ignore[attr-defined]
+        plan = cls._plan()
         if not plan.direct:
             try:
                 return cls(**kwargs, extra=extra, key_order=key_order)  # type: ignore[call-arg]
