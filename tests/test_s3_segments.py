@@ -17,7 +17,8 @@ from agent_checkpoint import Store
 from agent_checkpoint.appender import Appender, Encoded, Tail
 from agent_checkpoint.backends.base import Record
 from agent_checkpoint.backends.objects import key_name
-from agent_checkpoint.backends.s3 import S3Backend, merge_start
+from agent_checkpoint.backends.s3 import S3Backend
+from agent_checkpoint.backends.s3_writes import merge_start
 from agent_checkpoint.errors import UnreadableEnvelopeError
 from agent_checkpoint.model import Message, RunCheckpoint
 from agent_checkpoint.store import summary_for

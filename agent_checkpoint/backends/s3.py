@@ -18,13 +18,11 @@ to a save in flight, whose entry is written before its record.
 from __future__ import annotations
 
 import base64
-import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
@@ -38,76 +36,30 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from ..errors import BackendError, BackendUnavailableError, ConflictError, InvalidKeyError
 from .base import Query, Record, Summary, plan_save, translate_errors
-from .objects import HASHED, PEEK, Current, Entry, ObjectLayout, fields_of, key_name
+from .objects import PEEK, Current, Entry, ObjectLayout, key_name
+from .s3_writes import (
+    RACES,
+    Known,
+    Write,
+    error_code,
+    error_status,
+    lost_race,
+    merge_start,
+    missing,
+)
 from .segments import Split, assemble, merge, plan_append, plan_split
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-META_LIMIT = 1800  # AWS caps user metadata at 2 KB; a longer header is read from the body
 PAGE = 1000
-RACES = 32
 TRANSIENT = (BotoConnectionError, HTTPClientError, IncompleteReadError)
 THROTTLED = frozenset(
     {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestLimitExceeded"}
     | {"TooManyRequests", "ServiceUnavailable", "InternalError"}
 )
-RACE_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"})
 REMEMBERED = 256
 """Keys whose last write a backend object remembers (header and ETag), to append without a read."""
-
-
-@dataclass(frozen=True)
-class Known:
-    """A record's header fields and ETag, as last written or read."""
-
-    fields: dict[str, Any]
-    etag: str
-
-    @property
-    def segments(self) -> list[list[Any]] | None:
-        """``[[id, size], ...]`` of a record stored in segments; ``None`` for a whole one."""
-        segs = self.fields.get("segs")
-        return segs if isinstance(segs, list) else None
-
-    def extends(self, revision: int, digest: str) -> bool:
-        return (
-            self.segments is not None
-            and self.fields.get("rev") == revision
-            and self.fields.get("dig") == digest
-        )
-
-
-def _status(exc: ClientError) -> int:
-    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _missing(exc: ClientError) -> bool:
-    return _status(exc) == 404 and _code(exc) != "NoSuchBucket"
-
-
-def _lost_race(exc: ClientError) -> bool:
-    # If-Match on a key deleted meanwhile: SeaweedFS answers 412, AWS and moto 404
-    return _code(exc) in RACE_CODES or (_status(exc) in (404, 412) and _code(exc) != "NoSuchBucket")
-
-
-def merge_start(sizes: Sequence[int], limit: int) -> int:
-    """Where the segments to merge start, for a record holding ``sizes`` (oldest first) that
-    must make room for one more under ``limit``: the newest run of at least two segments, each
-    earlier segment joining it while it is no larger than the run so far. A history grown one
-    message at a time then holds segments whose sizes grow geometrically towards the oldest,
-    so a byte is merged again only when the run has caught up with it, and the segment
-    count stays under the limit without rewriting the whole history on every merge."""
-    start = max(min(len(sizes), limit) - 2, 0)
-    run = sum(sizes[start:])
-    while start > 0 and sizes[start - 1] <= run:
-        start -= 1
-        run += sizes[start]
-    return start
 
 
 class S3Backend(ObjectLayout):
@@ -218,7 +170,7 @@ class S3Backend(ObjectLayout):
     ) -> Summary:
         self._check_bucket("save")
         key, name = record.key, key_name(record.key)
-        write = _Write(self, name)
+        write = Write(self, name)
         try:
             segs: list[list[Any]] = []
             if split is not None and split.segment:
@@ -251,7 +203,7 @@ class S3Backend(ObjectLayout):
         current = self._recall(name)
         if current is None or not current.extends(base_revision, base_digest):
             current = self._read_header(name, "append")
-        write = _Write(self, name)
+        write = Write(self, name)
         try:
             new: list[list[Any]] = []
             if split.segment:
@@ -283,7 +235,7 @@ class S3Backend(ObjectLayout):
             f"key {summary.key!r} changed under {RACES} attempts to append to it", key=summary.key
         )
 
-    def _merge(self, name: str, segs: list[list[Any]], write: _Write) -> list[list[Any]] | None:
+    def _merge(self, name: str, segs: list[list[Any]], write: Write) -> list[list[Any]] | None:
         """``segs`` with its newest segments joined into one new object (uploaded with the
         commit), so that one more fits under ``max_segments``; ``None`` if one is gone."""
         start = merge_start([int(size) for _, size in segs], self.max_segments)
@@ -318,7 +270,7 @@ class S3Backend(ObjectLayout):
                     self.client.delete_object(Bucket=self.bucket, Key=self._records + name,
                                               **condition)  # fmt: skip
                 except ClientError as exc:
-                    if not _lost_race(exc):
+                    if not lost_race(exc):
                         raise
                     self._forget_known(name)
                     continue
@@ -436,7 +388,7 @@ class S3Backend(ObjectLayout):
                     response = self.client.get_object(Bucket=self.bucket, Key=path)
                     data = response["Body"].read()
                 except ClientError as exc:
-                    if _missing(exc):
+                    if missing(exc):
                         return None
                     raise
             fields, body = self._split(data, path, operation)
@@ -467,7 +419,7 @@ class S3Backend(ObjectLayout):
                                                   Key=self._segment_path(name, sid))  # fmt: skip
                 data: bytes = response["Body"].read()
             except ClientError as exc:
-                if _missing(exc):
+                if missing(exc):
                     return None
                 raise
         return data
@@ -493,7 +445,7 @@ class S3Backend(ObjectLayout):
             try:
                 response = self.client.head_object(Bucket=self.bucket, Key=path)
             except ClientError as exc:
-                if _missing(exc):
+                if missing(exc):
                     return None
                 raise
         packed = response.get("Metadata", {}).get("ac")
@@ -515,7 +467,7 @@ class S3Backend(ObjectLayout):
                     response = self.client.get_object(Bucket=self.bucket, Key=path)
                     data = response["Body"].read()
             except ClientError as exc:
-                if _missing(exc):
+                if missing(exc):
                     return None
                 raise
         return Known(self._split(data, path, operation)[0], response["ETag"].strip('"'))
@@ -627,10 +579,10 @@ class S3Backend(ObjectLayout):
             try:
                 self.client.head_bucket(Bucket=self.bucket)
             except ClientError as exc:
-                if _status(exc) == 403:
+                if error_status(exc) == 403:
                     self._bucket_checked = True
                     return
-                if _status(exc) != 404:
+                if error_status(exc) != 404:
                     raise
                 if not self._create:
                     raise BackendError(
@@ -656,7 +608,7 @@ class S3Backend(ObjectLayout):
             ):
                 yield
         except ClientError as exc:
-            code, status = _code(exc), _status(exc)
+            code, status = error_code(exc), error_status(exc)
             detail = f"bucket {self.bucket!r} does not exist" if code == "NoSuchBucket" else exc
             transient = code in THROTTLED or status == 429 or status >= 500
             raise (BackendUnavailableError if transient else BackendError)(
@@ -664,88 +616,3 @@ class S3Backend(ObjectLayout):
                 backend=self.name,
                 operation=operation,
             ) from exc
-
-
-class _Write:
-    """One write of a record: the segment objects it uploads (unreferenced until its record
-    commits), its conditional PUT of the record, and the clean-up either way. Objects it
-    uploaded are deleted again unless the record committed or the PUT's outcome is unknown
-    (a transient fault: ``verify(repair=True)`` removes them if it did not land)."""
-
-    def __init__(self, backend: S3Backend, name: str) -> None:
-        self.backend = backend
-        self.name = name
-        self.pending: list[tuple[str, bytes]] = []  # uploaded with the next commit
-        self.owned: list[str] = []
-        self.merged: list[str] = []
-        self.settled = True  # False while a record PUT's outcome is unknown
-        self.committed = False
-
-    def upload(self, data: bytes, *, merged: bool = False) -> str:
-        """A new segment object's id; it is uploaded with the next commit's index entry."""
-        sid = secrets.token_hex(8)
-        self.pending.append((sid, data))
-        self.owned.append(sid)
-        if merged:
-            self.merged.append(sid)
-        return sid
-
-    def commit(
-        self,
-        key: str,
-        summary: Summary,
-        head: bytes,
-        extra: dict[str, Any],
-        current: Known | None,
-    ) -> bool:
-        """PUT the record over ``current`` (``If-Match``) or as new (``If-None-Match``);
-        ``False`` if the condition failed, nothing then referring to this attempt's objects."""
-        b, name = self.backend, self.name
-        token = secrets.token_hex(8)
-        entry = b._entry_path(summary, name, token)
-        fields = {"key": key, **fields_of(summary, token), **extra}
-        body = orjson.dumps(fields) + b"\n" + head
-        mirrored = fields_of(summary, token) | ({"key": key} if HASHED in name else {})
-        if "segs" in extra:
-            mirrored["seg"] = len(extra["segs"])
-        packed = base64.urlsafe_b64encode(orjson.dumps(mirrored)).decode()
-        metadata = {"ac": packed} if len(packed) <= META_LIMIT else {}
-        condition = {"IfMatch": f'"{current.etag}"'} if current else {"IfNoneMatch": "*"}
-        # the entry and the segments go first: a committed record never misses either
-        puts = [(entry, b"")] + [(b._segment_path(name, sid), data) for sid, data in self.pending]
-        with b._translate("save"):
-            b._map(lambda put: b.client.put_object(Bucket=b.bucket, Key=put[0], Body=put[1]),
-                   puts)  # fmt: skip
-            self.pending = []
-            self.settled = False
-            try:
-                response = b.client.put_object(Bucket=b.bucket, Key=b._records + name, Body=body,
-                                               Metadata=metadata, **condition)  # fmt: skip
-            except ClientError as exc:
-                if not _lost_race(exc):
-                    raise
-                self.settled = True
-                b._forget_known(name)
-                b._forget([entry])  # its token was never committed: no one else uses it
-                return False
-        self.settled = self.committed = True
-        etag = str(response.get("ETag", "")).strip('"')
-        if etag:
-            b._remember(name, Known(fields, etag))
-        else:
-            b._forget_known(name)
-        kept = {sid for sid, _ in extra.get("segs", [])}
-        b._forget(b._superseded(name, current, kept))
-        return True
-
-    def discard_merged(self) -> None:
-        """Delete the merged segments of an attempt that lost its race."""
-        if self.merged and self.settled:
-            gone, self.merged = set(self.merged), []
-            self.owned = [sid for sid in self.owned if sid not in gone]
-            self.backend._forget([self.backend._segment_path(self.name, sid) for sid in gone])
-
-    def close(self) -> None:
-        if not self.committed and self.settled and self.owned:
-            paths = [self.backend._segment_path(self.name, sid) for sid in self.owned]
-            self.backend._forget(paths)
