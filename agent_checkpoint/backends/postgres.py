@@ -96,32 +96,36 @@ class PostgresBackend:
         t, segs = self._names["table"], self._names["segments"]
         cols = sql.SQL(", ").join(map(sql.Identifier, _COLUMNS))
         self._cols = cols
-        self._head = sql.SQL("SELECT {} FROM {} WHERE key = %s").format(cols, t)
-        self._lock_row = sql.SQL("SELECT {}, segments FROM {} WHERE key = %s FOR UPDATE").format(
-            cols, t
+        self._head = _render(sql.SQL("SELECT {} FROM {} WHERE key = %s").format(cols, t))
+        self._lock_row = _render(
+            sql.SQL("SELECT {}, segments FROM {} WHERE key = %s FOR UPDATE").format(cols, t)
         )
         # One statement, so one snapshot: the head and its segments always belong together.
-        self._load = sql.SQL(
-            "SELECT {}, body, head, segments, CASE WHEN octet_length(t.body) > 0 THEN NULL "
-            "ELSE ARRAY(SELECT s.data FROM {} s WHERE s.key = t.key ORDER BY s.seq) END "
-            "FROM {} t WHERE t.key = %s"
-        ).format(cols, segs, t)
+        self._load = _render(
+            sql.SQL(
+                "SELECT {}, body, head, segments, CASE WHEN octet_length(t.body) > 0 THEN NULL "
+                "ELSE ARRAY(SELECT s.data FROM {} s WHERE s.key = t.key ORDER BY s.seq) END "
+                "FROM {} t WHERE t.key = %s"
+            ).format(cols, segs, t)
+        )
         written = (*_COLUMNS[1:], "body", "head", "digest", "segments")
-        self._insert = sql.SQL(
-            "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (key) DO NOTHING"
-        ).format(
-            t,
-            sql.SQL(", ").join(map(sql.Identifier, ("key", *written))),
-            sql.SQL(", ").join([sql.Placeholder()] * (len(written) + 1)),
+        self._insert = _render(
+            sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (key) DO NOTHING").format(
+                t,
+                sql.SQL(", ").join(map(sql.Identifier, ("key", *written))),
+                sql.SQL(", ").join([sql.Placeholder()] * (len(written) + 1)),
+            )
         )
-        self._update = sql.SQL("UPDATE {} SET ({}) = ({}) WHERE key = %s").format(
-            t,
-            sql.SQL(", ").join(map(sql.Identifier, written)),
-            sql.SQL(", ").join([sql.Placeholder()] * len(written)),
+        self._update = _render(
+            sql.SQL("UPDATE {} SET ({}) = ({}) WHERE key = %s").format(
+                t,
+                sql.SQL(", ").join(map(sql.Identifier, written)),
+                sql.SQL(", ").join([sql.Placeholder()] * len(written)),
+            )
         )
-        self._clear_segments = sql.SQL("DELETE FROM {} WHERE key = %s").format(segs)
-        self._add_segment = sql.SQL("INSERT INTO {} (key, seq, data) VALUES (%s, 0, %s)").format(
-            segs
+        self._clear_segments = _render(sql.SQL("DELETE FROM {} WHERE key = %s").format(segs))
+        self._add_segment = _render(
+            sql.SQL("INSERT INTO {} (key, seq, data) VALUES (%s, 0, %s)").format(segs)
         )
         # The whole append, checks included, as one statement, so one commit. ``state`` reads
         # the record and its last segment row in the statement's snapshot and picks what to do
@@ -138,60 +142,65 @@ class PostgresBackend:
         # changes only with it) is still the one the snapshot read. In a merge every row
         # ``added`` inserts is joined to ``merged``, an aggregate over all of ``gone``, so the
         # old rows are deleted before the new ones reuse their seqs.
-        self._append = sql.SQL(
-            """WITH state AS (
-                SELECT CASE
-                    WHEN %(segment_size)s = 0 THEN 'skip'
-                    WHEN octet_length(last.data) + 1 + %(segment_size)s <= %(chunk_bytes)s
-                        THEN 'join'
-                    WHEN t.segments >= %(max_segments)s THEN 'merge'
-                    ELSE 'add' END AS mode
-                FROM {t} t LEFT JOIN {segs} last ON last.key = t.key AND last.seq = t.segments - 1
-                WHERE t.key = %(key)s
-            ), grown AS (
-                UPDATE {t} SET run_id = %(run_id)s, saved_at = %(saved_at)s,
-                    owner = COALESCE(owner, %(owner)s::text), agent_id = %(agent_id)s,
-                    failure_phase = %(failure_phase)s,
-                    failure_iteration = %(failure_iteration)s,
-                    message_count = %(message_count)s, size = %(size)s,
-                    revision = revision + 1, head = %(head)s, digest = %(digest)s,
-                    segments = CASE state.mode WHEN 'merge' THEN 2 WHEN 'add' THEN segments + 1
-                        ELSE segments END
-                FROM state
-                WHERE key = %(key)s AND revision = %(base_revision)s
-                    AND digest = %(base_digest)s AND octet_length(body) = 0
-                    AND (owner IS NULL OR %(owner)s::text IS NULL OR owner = %(owner)s::text)
-                    AND (state.mode <> 'merge'
-                        OR segments = (SELECT count(*) FROM {segs} WHERE key = %(key)s))
-                RETURNING key, segments - 1 AS seq, state.mode, revision, owner
-            ), joined AS (
-                UPDATE {segs} SET data = CASE WHEN octet_length(data) = 0 THEN %(segment)s
-                    ELSE data || ','::bytea || %(segment)s END
-                WHERE key = %(key)s AND seq = (SELECT seq FROM grown WHERE mode = 'join')
-            ), gone AS (
-                DELETE FROM {segs} WHERE key = (SELECT key FROM grown WHERE mode = 'merge')
-                RETURNING seq, data
-            ), merged AS (
-                SELECT string_agg(data, ','::bytea ORDER BY seq)
-                    FILTER (WHERE octet_length(data) > 0) AS data
-                FROM gone
-            ), added AS (
-                INSERT INTO {segs} (key, seq, data)
-                SELECT g.key, 0, COALESCE(m.data, ''::bytea) FROM grown g, merged m
-                WHERE g.mode = 'merge'
-                UNION ALL
-                SELECT g.key, g.seq, %(segment)s FROM grown g, merged m
-                WHERE g.mode IN ('add', 'merge')
-            )
-            SELECT revision, owner FROM grown"""
-        ).format(t=t, segs=segs)
-        self._split_state = sql.SQL(
-            "SELECT revision, digest, segments, owner FROM {} WHERE key = %s "
-            "AND octet_length(body) = 0"
-        ).format(t)
-        self._delete = sql.SQL("DELETE FROM {} WHERE key = %s").format(t)
-        self._delete_at = self._delete + sql.SQL(" AND revision = %s")
-        self._revision = sql.SQL("SELECT revision FROM {} WHERE key = %s").format(t)
+        self._append = _render(
+            sql.SQL(
+                """WITH state AS (
+                    SELECT CASE
+                        WHEN %(segment_size)s = 0 THEN 'skip'
+                        WHEN octet_length(last.data) + 1 + %(segment_size)s <= %(chunk_bytes)s
+                            THEN 'join'
+                        WHEN t.segments >= %(max_segments)s THEN 'merge'
+                        ELSE 'add' END AS mode
+                    FROM {t} t LEFT JOIN {segs} last ON last.key = t.key AND last.seq = t.segments - 1
+                    WHERE t.key = %(key)s
+                ), grown AS (
+                    UPDATE {t} SET run_id = %(run_id)s, saved_at = %(saved_at)s,
+                        owner = COALESCE(owner, %(owner)s::text), agent_id = %(agent_id)s,
+                        failure_phase = %(failure_phase)s,
+                        failure_iteration = %(failure_iteration)s,
+                        message_count = %(message_count)s, size = %(size)s,
+                        revision = revision + 1, head = %(head)s, digest = %(digest)s,
+                        segments = CASE state.mode WHEN 'merge' THEN 2 WHEN 'add' THEN segments + 1
+                            ELSE segments END
+                    FROM state
+                    WHERE key = %(key)s AND revision = %(base_revision)s
+                        AND digest = %(base_digest)s AND octet_length(body) = 0
+                        AND (owner IS NULL OR %(owner)s::text IS NULL OR owner = %(owner)s::text)
+                        AND (state.mode <> 'merge'
+                            OR segments = (SELECT count(*) FROM {segs} WHERE key = %(key)s))
+                    RETURNING key, segments - 1 AS seq, state.mode, revision, owner
+                ), joined AS (
+                    UPDATE {segs} SET data = CASE WHEN octet_length(data) = 0 THEN %(segment)s
+                        ELSE data || ','::bytea || %(segment)s END
+                    WHERE key = %(key)s AND seq = (SELECT seq FROM grown WHERE mode = 'join')
+                ), gone AS (
+                    DELETE FROM {segs} WHERE key = (SELECT key FROM grown WHERE mode = 'merge')
+                    RETURNING seq, data
+                ), merged AS (
+                    SELECT string_agg(data, ','::bytea ORDER BY seq)
+                        FILTER (WHERE octet_length(data) > 0) AS data
+                    FROM gone
+                ), added AS (
+                    INSERT INTO {segs} (key, seq, data)
+                    SELECT g.key, 0, COALESCE(m.data, ''::bytea) FROM grown g, merged m
+                    WHERE g.mode = 'merge'
+                    UNION ALL
+                    SELECT g.key, g.seq, %(segment)s FROM grown g, merged m
+                    WHERE g.mode IN ('add', 'merge')
+                )
+                SELECT revision, owner FROM grown"""
+            ).format(t=t, segs=segs)
+        )
+        self._split_state = _render(
+            sql.SQL(
+                "SELECT revision, digest, segments, owner FROM {} WHERE key = %s "
+                "AND octet_length(body) = 0"
+            ).format(t)
+        )
+        delete = sql.SQL("DELETE FROM {} WHERE key = %s").format(t)
+        self._delete = _render(delete)
+        self._delete_at = _render(delete + sql.SQL(" AND revision = %s"))
+        self._revision = _render(sql.SQL("SELECT revision FROM {} WHERE key = %s").format(t))
 
     @classmethod
     def from_url(
@@ -492,6 +501,13 @@ class PostgresBackend:
                     backend=self.name,
                     operation=operation,
                 ) from exc
+
+
+def _render(statement: sql.Composable) -> bytes:
+    """A statement as bytes, composed once: psycopg caches what it derives from a bytes query
+    (its placeholders, the prepared statement), while a ``Composed`` is rendered again on
+    every execution (0.04 ms for the append statement)."""
+    return statement.as_bytes(None)
 
 
 def _check_connection(conn: Connection) -> None:
