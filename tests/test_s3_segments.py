@@ -18,7 +18,7 @@ from agent_checkpoint.appender import Appender, Encoded, Tail
 from agent_checkpoint.backends.base import Record
 from agent_checkpoint.backends.objects import key_name
 from agent_checkpoint.backends.s3 import S3Backend
-from agent_checkpoint.backends.s3_writes import merge_start
+from agent_checkpoint.backends.s3_writes import RecentSegments, merge_start
 from agent_checkpoint.errors import UnreadableEnvelopeError
 from agent_checkpoint.model import Message, RunCheckpoint
 from agent_checkpoint.store import summary_for
@@ -64,10 +64,14 @@ class Recording:
         return call
 
 
-def backend_on(client: Any, prefix: str, max_segments: int | None = None) -> S3Backend:
+def backend_on(
+    client: Any, prefix: str, max_segments: int | None = None, *, recent: bool = True
+) -> S3Backend:
     backend = S3Backend(client, BUCKET, prefix)
     if max_segments is not None:
         backend.max_segments = max_segments
+    if not recent:  # as a process that did not write the segments: merges read them back
+        backend._recent.limit = 0
     return backend
 
 
@@ -135,17 +139,19 @@ def test_growth_reads_back_exactly_what_a_full_write_stores(client: Any, prefix:
         assert store.head("g") == summary
     fields = header(client, prefix, "g")
     assert 1 < len(fields["segs"]) <= backend.max_segments
+    backend.flush()  # superseded segments are deleted in the background
     assert set(objects(client, prefix, "segments")) == referenced(client, prefix, ["g"])
     # another process (no remembered state) reads it the same
     fresh = S3Backend(client, BUCKET, prefix)
     assert fresh.load("g") == backend.load("g")
 
 
+@pytest.mark.parametrize("recent", [True, False], ids=["kept", "read-back"])
 def test_a_put_that_extends_uploads_only_the_new_message_and_a_small_head(
-    client: Any, prefix: str
+    client: Any, prefix: str, recent: bool
 ) -> None:
     recording = Recording(client)
-    store = Store(backend_on(recording, prefix))
+    store = Store(backend_on(recording, prefix, recent=recent))
     base = checkpoint("grow")
     histories = grow(340)
     for history in histories[:300]:
@@ -166,9 +172,12 @@ def test_a_put_that_extends_uploads_only_the_new_message_and_a_small_head(
             assert reads == []
             assert sum(size for _, size in puts) < new_message + small
             plain_appends += 1
-        else:  # a merge of the newest segments, read back and written as one
+        else:  # a merge of the newest segments, written as one
             assert len(segment_puts) == 2 and new_message in segment_puts
-            assert reads and all(op == "get_object" for op in reads)
+            if recent:  # the backend that wrote them still holds their bytes
+                assert reads == []
+            else:
+                assert reads and all(op == "get_object" for op in reads)
     assert plain_appends >= 35
     history_bytes = len(orjson.dumps([m.to_json() for m in histories[-1]]))
     assert history_bytes > 10 * small
@@ -205,11 +214,12 @@ def test_a_record_written_whole_by_the_previous_version_reads_and_grows(
     assert summary.revision == 5
 
 
+@pytest.mark.parametrize("recent", [True, False], ids=["kept", "read-back"])
 @pytest.mark.parametrize("limit", [2, 3, 5])
 def test_merging_at_the_limit_stays_exact_and_leaves_nothing_behind(
-    client: Any, prefix: str, limit: int
+    client: Any, prefix: str, limit: int, recent: bool
 ) -> None:
-    store = Store(backend_on(client, prefix, max_segments=limit))
+    store = Store(backend_on(client, prefix, max_segments=limit, recent=recent))
     base = checkpoint("grow")
     for history in grow(40):
         ckpt = base.evolve(history=history)
@@ -217,6 +227,7 @@ def test_merging_at_the_limit_stays_exact_and_leaves_nothing_behind(
         assert store.get_record("g").body == plain(ckpt, summary.saved_at)  # type: ignore[union-attr]
         segs = header(client, prefix, "g")["segs"]
         assert len(segs) <= limit
+        store.backend.flush()  # type: ignore[attr-defined]
         assert set(objects(client, prefix, "segments")) == referenced(client, prefix, ["g"])
 
 
@@ -233,6 +244,21 @@ def test_the_merge_policy_keeps_rewrites_rare() -> None:
             segs.append(1)
             assert len(segs) <= 32
         assert rewritten < bound * n  # merging everything at the limit rewrites ~16x (n=1000)
+
+
+def test_the_kept_segments_stay_within_their_byte_limit() -> None:
+    recent = RecentSegments(100)
+    recent.add("a", b"x" * 60)
+    recent.add("b", b"y" * 30)
+    assert recent.get("a") == b"x" * 60 and recent.get("b") == b"y" * 30
+    recent.add("c", b"z" * 30)  # 120 bytes: the oldest leaves
+    assert recent.get("a") is None and recent.get("b") == b"y" * 30
+    recent.add("huge", b"h" * 101)  # larger than the limit: never kept, evicts nothing
+    assert recent.get("huge") is None and recent.get("c") == b"z" * 30
+    recent.discard(["b", "missing"])
+    assert recent.get("b") is None
+    recent.add("d", b"d" * 70)  # 30 + 70 fits exactly
+    assert recent.get("c") == b"z" * 30 and recent.get("d") == b"d" * 70
 
 
 def test_an_empty_history_and_empty_extensions_store_no_segment(client: Any, prefix: str) -> None:
@@ -300,6 +326,8 @@ def test_two_racing_appenders_from_one_base_have_exactly_one_winner(
         expected = stored.body
         assert stored.summary.revision == round_ + 2
         # no segment of the loser is left, referenced or not
+        for writer in writers:
+            writer.flush()
         assert set(objects(client, prefix, "segments")) == referenced(client, prefix, ["r"])
         assert len(header(client, prefix, "r")["segs"]) <= limit
 
@@ -315,13 +343,16 @@ def test_an_append_over_a_changed_record_changes_nothing(client: Any, prefix: st
     assert tail is not None
     other = Store(S3Backend(client, BUCKET, prefix))
     other.put(base.evolve(history=histories[2]), key="g")  # a full write by someone else
+    other.backend.flush()  # type: ignore[attr-defined]
     before = (backend.load("g"), objects(client, prefix, "segments"))
     enc = Appender().encode(base.evolve(history=histories[3]), 5, tail)
     summary = summary_for("g", enc.digest, enc.size)
     assert backend.append(summary, enc.split, base_revision=tail.revision,
                           base_digest=tail.digest) is None  # fmt: skip
+    backend.flush()  # the refused append deletes what it uploaded
     assert (backend.load("g"), objects(client, prefix, "segments")) == before
     assert backend.append(summary, enc.split, base_revision=3, base_digest=tail.digest) is None
+    backend.flush()
     assert (backend.load("g"), objects(client, prefix, "segments")) == before
 
 
@@ -367,7 +398,8 @@ def test_readers_never_see_a_torn_history_while_merges_delete_segments(
 
 def test_delete_retention_and_whole_writes_remove_the_segments(client: Any, prefix: str) -> None:
     clock = [0]
-    store = Store(backend_on(client, prefix, max_segments=4), clock=lambda: clock[0])
+    backend = backend_on(client, prefix, max_segments=4)
+    store = Store(backend, clock=lambda: clock[0])
     base = checkpoint("g")
     for key, saved_at in (("a", 1000), ("b", 2000), ("c", 3000), ("d", 4000)):
         for i, history in enumerate(grow(6)):
@@ -376,6 +408,7 @@ def test_delete_retention_and_whole_writes_remove_the_segments(client: Any, pref
     assert len(objects(client, prefix, "segments")) > 8
     assert store.delete("a") is True
     assert store.forget_older_than(2500).forgotten == 1  # "b"
+    backend.flush()  # what a delete leaves is removed in the background
     assert set(objects(client, prefix, "segments")) == referenced(client, prefix, ["c", "d"])
     # a whole write over a split record (what copy and migrate do) removes its old segments
     record = store.get_record("c")
@@ -383,9 +416,11 @@ def test_delete_retention_and_whole_writes_remove_the_segments(client: Any, pref
     store.put_record(record)
     assert "segs" not in header(client, prefix, "c")
     assert store.get_record("c").body == record.body  # type: ignore[union-attr]
+    backend.flush()
     assert set(objects(client, prefix, "segments")) == referenced(client, prefix, ["d"])
     store.delete("c")
     store.delete("d")
+    backend.flush()
     assert objects(client, prefix, "segments") == {}
     assert objects(client, prefix, "records") == {} and objects(client, prefix, "index") == {}
 

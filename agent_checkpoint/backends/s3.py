@@ -2,8 +2,9 @@
 
 Where the fsspec backend takes a lock, this one uses S3's conditional writes, so they hold
 between processes: a save reads the record (HEAD), writes its new index entry, PUTs the record
-with ``If-None-Match: *`` (new key) or ``If-Match: <etag>`` (the commit point), then deletes
-the previous entry; a lost condition (412, or 404 where AWS answers that for a key deleted
+with ``If-None-Match: *`` (new key) or ``If-Match: <etag>`` (the commit point), then hands
+the previous entry (and any segment no longer referred to) to a background thread to delete
+(``flush`` waits for it, and so do ``close`` and ``verify``); a lost condition (412, or 404 where AWS answers that for a key deleted
 meanwhile) re-reads and plans again, so the refusal is the right one (revision or owner). The
 header's write token makes every write's ETag unique, so ``If-Match`` compares writes, not
 contents. The header is mirrored into object metadata (when it fits AWS's 2 KB), so ``head``
@@ -21,7 +22,7 @@ import base64
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
@@ -40,6 +41,7 @@ from .objects import PEEK, Current, Entry, ObjectLayout, key_name
 from .s3_writes import (
     RACES,
     Known,
+    RecentSegments,
     Write,
     error_code,
     error_status,
@@ -66,6 +68,9 @@ class S3Backend(ObjectLayout):
     name = "s3"
     conditional_writes_across_processes = True
     max_segments = 32
+    recent_segment_bytes = 4 << 20
+    """How many bytes of the segments it wrote last a backend keeps, so that merging them
+    (once a record holds ``max_segments``) needs no read."""
 
     def __init__(
         self,
@@ -94,6 +99,9 @@ class S3Backend(ObjectLayout):
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._segment_threads: ThreadPoolExecutor | None = None
+        self._janitor: ThreadPoolExecutor | None = None  # deletes what writes left behind
+        self._cleaning: set[Future[None]] = set()
+        self._recent = RecentSegments(self.recent_segment_bytes)
         self._remembered: OrderedDict[str, Known] = OrderedDict()
         self._siblings: dict[str, S3Backend] = {}
         self._closed = False
@@ -239,8 +247,13 @@ class S3Backend(ObjectLayout):
         """``segs`` with its newest segments joined into one new object (uploaded with the
         commit), so that one more fits under ``max_segments``; ``None`` if one is gone."""
         start = merge_start([int(size) for _, size in segs], self.max_segments)
-        parts = self._map(lambda seg: self._get_segment(name, seg[0], "append"), segs[start:],
-                          self._segment_pool())  # fmt: skip
+        paths = [self._segment_path(name, sid) for sid, _ in segs[start:]]
+        parts = [self._recent.get(path) for path in paths]
+        unread = [i for i, part in enumerate(parts) if part is None]
+        read = self._map(lambda i: self._get_segment(name, segs[start + i][0], "append"), unread,
+                         self._segment_pool())  # fmt: skip
+        for i, part in zip(unread, read, strict=True):
+            parts[i] = part
         if any(part is None for part in parts):
             return None
         joined = merge([part for part in parts if part is not None])
@@ -289,6 +302,7 @@ class S3Backend(ObjectLayout):
         (left by a writer that died before its record's PUT) count as ``orphans``; ``repair``
         deletes those older than ``grace`` too."""
         self._check_bucket("verify")
+        self.flush()  # what this process's writes left behind is not stale, only queued
         # segments are listed before the records are read: a segment written after its
         # record was read is young, and ``grace`` spares it
         segments, _ = self._list_all(self._segments)
@@ -318,6 +332,7 @@ class S3Backend(ObjectLayout):
 
     def collect_orphans(self, *, delete: bool = False, grace: float = 300.0) -> int:
         self._check_bucket("verify")
+        self.flush()
         segments, now = self._list_all(self._segments)
         cutoff = now - timedelta(seconds=grace)
         orphans = self._orphans([path for path, modified in segments if modified <= cutoff])
@@ -364,12 +379,22 @@ class S3Backend(ObjectLayout):
                 self._siblings[name] = sibling
             return sibling
 
+    def flush(self) -> None:
+        """Wait for the deletes that earlier writes left to the background (the index entries
+        and segments a commit superseded, a lost attempt's uploads); ``close`` waits too."""
+        with self._lock:
+            pending, siblings = list(self._cleaning), list(self._siblings.values())
+        wait(pending)
+        for sibling in siblings:
+            sibling.flush()
+
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            siblings, pools = list(self._siblings.values()), [self._pool, self._segment_threads]
+            siblings = list(self._siblings.values())
+            pools = [self._janitor, self._pool, self._segment_threads]  # the janitor drains first
         for sibling in siblings:
             sibling.close()
         for pool in pools:
@@ -533,8 +558,34 @@ class S3Backend(ObjectLayout):
         return found, now
 
     def _forget(self, paths: Sequence[str]) -> None:
-        """Delete index entries whose records moved on. Best effort: a leftover entry is
-        skipped by listing and removed by ``verify(repair=True)``."""
+        """Delete objects no record refers to any more (index entries and segments a commit
+        superseded, or a lost attempt's uploads) on a background thread, so that the write
+        returns without waiting for it: one round trip less on every put that replaces a
+        record. Best effort: listing skips a leftover entry (its token is not the record's),
+        no record refers to a leftover segment, and ``verify(repair=True)`` removes both."""
+        if not paths:
+            return
+        paths = list(paths)
+        self._recent.discard(paths)
+        done: Future[None] | None = None
+        with self._lock:
+            if not self._closed:
+                if self._janitor is None:
+                    self._janitor = ThreadPoolExecutor(
+                        1, thread_name_prefix="agent-checkpoint-s3-cleanup"
+                    )
+                done = self._janitor.submit(self._delete_quietly, paths)
+                self._cleaning.add(done)
+        if done is None:  # closed: nothing runs in the background any more
+            self._delete_quietly(paths)
+        else:
+            done.add_done_callback(self._cleaned)  # outside the lock: it may run right here
+
+    def _cleaned(self, done: Future[None]) -> None:
+        with self._lock:
+            self._cleaning.discard(done)
+
+    def _delete_quietly(self, paths: Sequence[str]) -> None:
         with suppress(ClientError, BotoCoreError):
             self._delete_many(paths)
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import base64
 import secrets
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +87,36 @@ def merge_start(sizes: Sequence[int], limit: int) -> int:
     return start
 
 
+class RecentSegments:
+    """The bytes of the segments this backend committed last, up to ``limit`` bytes, so that
+    a merge joins the newest segments without reading them back. Segment ids are never
+    reused, so a cached segment never goes stale; it leaves when its object is deleted."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held: OrderedDict[str, bytes] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def add(self, path: str, data: bytes) -> None:
+        if len(data) > self.limit:
+            return
+        with self._lock:
+            self._size += len(data) - len(self._held.pop(path, b""))
+            self._held[path] = data
+            while self._size > self.limit:
+                self._size -= len(self._held.popitem(last=False)[1])
+
+    def get(self, path: str) -> bytes | None:
+        with self._lock:
+            return self._held.get(path)
+
+    def discard(self, paths: Iterable[str]) -> None:
+        with self._lock:
+            for path in paths:
+                self._size -= len(self._held.pop(path, b""))
+
+
 class Write:
     """One write of a record: the segment objects it uploads (unreferenced until its record
     commits), its conditional PUT of the record, and the clean-up either way. Objects it
@@ -95,6 +127,7 @@ class Write:
         self.backend = backend
         self.name = name
         self.pending: list[tuple[str, bytes]] = []  # uploaded with the next commit
+        self.uploaded: dict[str, bytes] = {}
         self.owned: list[str] = []
         self.merged: list[str] = []
         self.settled = True  # False while a record PUT's outcome is unknown
@@ -104,6 +137,7 @@ class Write:
         """A new segment object's id; it is uploaded with the next commit's index entry."""
         sid = secrets.token_hex(8)
         self.pending.append((sid, data))
+        self.uploaded[sid] = data
         self.owned.append(sid)
         if merged:
             self.merged.append(sid)
@@ -154,6 +188,8 @@ class Write:
         else:
             b._forget_known(name)
         kept = {sid for sid, _ in extra.get("segs", [])}
+        for sid in kept & self.uploaded.keys():
+            b._recent.add(b._segment_path(name, sid), self.uploaded[sid])
         b._forget(b._superseded(name, current, kept))
         return True
 
