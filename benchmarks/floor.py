@@ -2,11 +2,12 @@
 
 - one checkpoint: ``orjson.dumps`` of the very envelope our store writes, then one write
   (memory: a dict slot; disk: temp file, fsync, rename, folder fsync; Redis: one SET;
-  PostgreSQL: one ``INSERT ... ON CONFLICT DO UPDATE`` in autocommit; S3: one PUT), and back:
-  one read and ``orjson.loads``.
+  PostgreSQL: one ``INSERT ... ON CONFLICT DO UPDATE`` in autocommit; S3: one PUT; fsspec: one
+  ``pipe_file`` on its memory filesystem), and back: one read (fsspec: ``cat_file``) and
+  ``orjson.loads``.
 - checkpointing after every message: the append-only limit, each step writes only the new
   message (memory: list append; disk: append + fsync; Redis: RPUSH; PostgreSQL: one INSERT of a
-  row; S3: one PUT of an object per message).
+  row; S3: one PUT of an object per message; fsspec: one ``pipe_file`` of a file per message).
 
 The floor of listing is the bare read of our own index on each backend (``ours.floor_list``).
 """
@@ -81,6 +82,9 @@ class FloorInstance:
             server, self.bucket, self._drop_bucket = ctx.bucket("floor")
             self.s3 = server.client()
             self.prefix = "floor/"
+        elif backend == "fsspec":
+            self.fs = servers.memory_fs()
+            self.fs_root = "/" + servers.unique("bench-floor-")
         else:
             raise ValueError(backend)
         ctx.cleanup.add(f"floor/{backend}: drop", self.close)
@@ -129,6 +133,8 @@ class FloorInstance:
             self.redis.set(self.prefix + key, body)
         elif self.backend == "postgres":
             self.conn.execute(self._upsert, (key, body))
+        elif self.backend == "fsspec":
+            self.fs.pipe_file(f"{self.fs_root}/{key}", body)
         else:
             self.s3.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=body)
 
@@ -146,6 +152,8 @@ class FloorInstance:
             self.redis.rpush(self.prefix + key, body)
         elif self.backend == "postgres":
             self.conn.execute(self._append, (key, seq, body))
+        elif self.backend == "fsspec":
+            self.fs.pipe_file(f"{self.fs_root}/{key}/{seq:08d}", body)
         else:
             self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}{key}/{seq:08d}", Body=body)
 
@@ -161,6 +169,8 @@ class FloorInstance:
         elif self.backend == "postgres":
             row = self.conn.execute(self._select, (key,)).fetchone()
             body = row[0]
+        elif self.backend == "fsspec":
+            body = self.fs.cat_file(f"{self.fs_root}/{key}")
         else:
             body = self.s3.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"].read()
         return len(orjson.loads(body)["data"]["history"])
@@ -177,6 +187,8 @@ class FloorInstance:
             query = f'SELECT count(*) FROM "{self.schema}".messages WHERE key = %s'
             row = self.conn.execute(query, (key,)).fetchone()
             return int(row[0]) if row else 0
+        if self.backend == "fsspec":
+            return len(self.fs.ls(f"{self.fs_root}/{key}", detail=False))
         return len(servers.s3_objects(self.s3, self.bucket, f"{self.prefix}{key}/"))
 
     def stored_bytes(self) -> int | None:
@@ -190,6 +202,8 @@ class FloorInstance:
             return servers.redis_bytes(self.redis, servers.redis_glob_escape(self.prefix) + "*")
         if self.backend == "postgres":
             return servers.pg_schema_bytes(self.schema)
+        if self.backend == "fsspec":
+            return servers.fsspec_bytes(self.fs, self.fs_root)
         return servers.s3_bytes(self.s3, self.bucket, self.prefix)
 
     def load_runs(self, count: int, progress: Any) -> list[str]:
@@ -213,5 +227,7 @@ class FloorInstance:
         elif self.backend == "postgres":
             self.conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
             self.conn.close()
+        elif self.backend == "fsspec":
+            servers.fsspec_drop(self.fs, self.fs_root)
         else:
             self._drop_bucket()

