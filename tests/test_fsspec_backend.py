@@ -10,26 +10,32 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import fsspec
+import orjson
 import pytest
 
 from agent_checkpoint import Store, open_store
 from agent_checkpoint.backends.fsspec import FsspecBackend
 from agent_checkpoint.backends.memory import MemoryBackend
+from agent_checkpoint.backends.objects import key_name
 from agent_checkpoint.errors import (
     BackendError,
     BackendUnavailableError,
     InvalidKeyError,
     MissingDependencyError,
+    UnreadableEnvelopeError,
 )
 from agent_checkpoint.maintenance import verify_store
+from agent_checkpoint.model import Message
 from agent_checkpoint.store import RetryPolicy
 from agent_checkpoint.testing import (
+    AppendingConformance,
     ClaimsConformance,
     EncryptionConformance,
     StoreConformance,
     checkpoint,
     stamped,
 )
+from agent_checkpoint.testing.growth import read_while_growing
 
 MEMORY = fsspec.filesystem("memory")  # one per process: every test takes its own root
 
@@ -54,7 +60,9 @@ def store(root: str) -> Iterator[Store]:
         yield opened
 
 
-class TestFsspecMemoryStore(StoreConformance, ClaimsConformance, EncryptionConformance):
+class TestFsspecMemoryStore(
+    StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance
+):
     pass
 
 
@@ -162,7 +170,7 @@ def test_hostile_keys_and_filters_are_plain_strings_that_stay_under_the_root(roo
         assert sorted(s.key for s in store.list(limit=100)) == sorted(HOSTILE)
         assert store.list(owner="%").items == [] and store.list(agent_id=".*").items == []
         made = set(MEMORY.find("/")) - before
-        ours = (f"{root}/records/", f"{root}/index/", f"{neighbour}/")
+        ours = (f"{root}/records/", f"{root}/index/", f"{root}/segments/", f"{neighbour}/")
         assert made and all(path.startswith(ours) for path in made)
         for key in HOSTILE:
             assert store.delete(key) is True
@@ -223,3 +231,125 @@ def test_filesystem_errors_become_the_library_errors(
     assert type(caught.value) is kind
     assert (caught.value.backend, caught.value.operation) == ("fsspec", "head")
     assert caught.value.__cause__ is error
+
+
+# -- growing histories in segments -------------------------------------------------------------
+
+
+def files_under(root: str, folder: str) -> dict[str, bytes]:
+    prefix = f"{root}/{folder}/"
+    return {p: bytes(f.getvalue()) for p, f in MEMORY.store.items() if p.startswith(prefix)}
+
+
+def listed_segments(root: str, key: str) -> set[str]:
+    """The segment objects the record of ``key`` lists in its header."""
+    data = MEMORY.cat_file(f"{root}/records/{key_name(key)}")
+    fields = orjson.loads(data.partition(b"\n")[0])
+    return {f"{root}/segments/{key_name(key)}/{sid}" for sid, _ in fields.get("segs", [])}
+
+
+def grown(n: int) -> list[tuple[Message, ...]]:
+    out, history = [], ()
+    for i in range(n):
+        history = (*history, Message(("user", "assistant")[i % 2], f"message {i} " + "x" * i))
+        out.append(history)
+    return out
+
+
+def test_a_growing_history_writes_only_its_new_messages_and_reads_back_exactly(
+    root: str,
+) -> None:
+    writes: list[tuple[str, int]] = []
+    original = MEMORY.pipe_file  # every write of this filesystem ends here (pipe included)
+
+    def pipe_file(path: str, value: bytes, **kwargs: Any) -> None:
+        writes.append((path, len(value)))
+        original(path, value, **kwargs)
+
+    store = open_store(f"fsspec+memory://{root}")
+    base = checkpoint("grow", principal="p")
+    try:
+        for i, history in enumerate(grown(80)):
+            ckpt = base.evolve(history=history, last_completed_iteration=i)
+            writes.clear()
+            MEMORY.pipe_file = pipe_file  # type: ignore[method-assign]
+            try:
+                summary = store.put(ckpt, key="g")
+            finally:
+                MEMORY.pipe_file = original  # type: ignore[method-assign]
+            plain = orjson.dumps(  # what a whole write stores
+                {"format": "conversation-v1", "data": ckpt.to_json(), "savedAt": summary.saved_at}
+            )
+            got = store.get_record("g")
+            assert got is not None and got.body == plain and got.summary == summary
+            assert summary.size == len(plain) and store.get("g") == ckpt
+            if i > 0:  # an append: the new message, perhaps a merge, a small head
+                segment_writes = [n for p, n in writes if "/segments/" in p]
+                new_message = len(orjson.dumps(history[-1].to_json()))
+                assert new_message in segment_writes and len(segment_writes) <= 2
+                [head] = [n for p, n in writes if "/records/" in p]
+                assert head < 1500
+        assert 1 < len(listed_segments(root, "g")) <= FsspecBackend.max_segments
+        assert set(files_under(root, "segments")) == listed_segments(root, "g")
+        assert [s.key for s in store.list()] == ["g"]
+    finally:
+        store.close()
+
+
+def test_merges_deletes_and_whole_writes_leave_no_segment_behind(root: str) -> None:
+    backend = FsspecBackend(MEMORY, root)
+    backend.max_segments = 3
+    store = Store(backend)
+    base = checkpoint("g")
+    for key in ("a", "b"):
+        for history in grown(12):
+            store.put(base.evolve(history=history), key=key)
+            assert len(listed_segments(root, key)) <= 3
+    assert set(files_under(root, "segments")) == listed_segments(root, "a") | listed_segments(
+        root, "b"
+    )
+    record = store.get_record("a")
+    assert record is not None
+    store.put_record(record)  # a whole write, as copy and migrate do
+    assert store.get_record("a").body == record.body  # type: ignore[union-attr]
+    assert set(files_under(root, "segments")) == listed_segments(root, "b")
+    assert store.delete("b") is True
+    assert files_under(root, "segments") == {}
+    assert store.get("b") is None and store.get_record("a").body == record.body  # type: ignore[union-attr]
+
+
+def test_readers_never_see_a_torn_history_while_a_writer_merges(root: str) -> None:
+    backend = FsspecBackend(MEMORY, root)
+    backend.max_segments = 2
+    writer, reader = Store(backend), Store(FsspecBackend(MEMORY, root))
+    assert read_while_growing(writer, reader) > 3
+
+
+def test_verify_counts_orphaned_segments_and_repair_removes_only_them(root: str) -> None:
+    store = open_store(f"fsspec+memory://{root}")
+    for history in grown(5):
+        store.put(checkpoint("g").evolve(history=history), key="g")
+    kept = listed_segments(root, "g")
+    # as if a writer had died between writing its segment and its record
+    orphans = {f"{root}/segments/{key_name('g')}/00000000deadbeef",
+               f"{root}/segments/{key_name('gone')}/00000000feedface"}  # fmt: skip
+    for path in orphans:
+        MEMORY.pipe_file(path, b'{"role":"user","content":"x"}')
+    assert verify_store(store).orphans == 0  # within the grace period: maybe a write in flight
+    report = verify_store(store, grace=0)
+    assert report.orphans == 2 and report.ok  # garbage, not lost data
+    assert verify_store(store, repair=True, grace=0).orphans == 2
+    assert set(files_under(root, "segments")) == kept
+    assert verify_store(store, grace=0).orphans == 0
+    got = store.get("g")
+    assert got is not None and got.history == grown(5)[-1]
+
+
+def test_a_lost_segment_reads_as_unreadable_not_as_absent(root: str) -> None:
+    store = open_store(f"fsspec+memory://{root}")
+    for history in grown(3):
+        store.put(checkpoint("g").evolve(history=history), key="g")
+    MEMORY.rm_file(sorted(listed_segments(root, "g"))[0])
+    with pytest.raises(UnreadableEnvelopeError):
+        store.get("g")
+    assert [s.key for s in store.list()] == ["g"]  # still there, for an operator to look at

@@ -18,11 +18,13 @@ from agent_checkpoint.appender import Appender, Encoded, Tail
 from agent_checkpoint.backends.base import Record
 from agent_checkpoint.backends.objects import key_name
 from agent_checkpoint.backends.s3 import S3Backend
-from agent_checkpoint.backends.s3_writes import RecentSegments, merge_start
+from agent_checkpoint.backends.s3_writes import RecentSegments
+from agent_checkpoint.backends.segments import merge_start
 from agent_checkpoint.errors import UnreadableEnvelopeError
 from agent_checkpoint.model import Message, RunCheckpoint
 from agent_checkpoint.store import summary_for
 from agent_checkpoint.testing import checkpoint
+from agent_checkpoint.testing.growth import read_while_growing
 
 BUCKET = "agent-checkpoint-segments"
 
@@ -361,36 +363,7 @@ def test_readers_never_see_a_torn_history_while_merges_delete_segments(
 ) -> None:
     writer = Store(backend_on(client, prefix, max_segments=2))
     reader = Store(S3Backend(client, BUCKET, prefix))
-    base = checkpoint("g")
-    histories = grow(60)
-    writer.put(base.evolve(history=histories[0]), key="g")
-    stop = threading.Event()
-    seen: list[int] = []
-    errors: list[BaseException] = []
-
-    def read() -> None:
-        while not stop.is_set():
-            try:
-                got = reader.get("g")
-                assert got is not None
-                assert got.history == histories[len(got.history) - 1]
-                seen.append(len(got.history))
-            except BaseException as exc:
-                errors.append(exc)
-                return
-
-    threads = [threading.Thread(target=read) for _ in range(2)]
-    for t in threads:
-        t.start()
-    try:
-        for history in histories[1:]:
-            writer.put(base.evolve(history=history), key="g")
-    finally:
-        stop.set()
-        for t in threads:
-            t.join()
-    assert not errors, errors[0]
-    assert len(set(seen)) > 5
+    assert read_while_growing(writer, reader) > 3
 
 
 # -- deletion, retention, whole writes, repair ----------------------------------------------

@@ -8,6 +8,13 @@ create-only, owner write-once) under a lock per filesystem and root in this proc
 within one process (fsspec's memory filesystem is per process anyway), not between processes,
 which ``conditional_writes_across_processes = False`` declares. A record is one ``pipe_file``:
 atomic where the filesystem's uploads are (object stores), not necessarily on a folder.
+
+A growing history is kept as S3 keeps it (``Appending``, see ``segments.py``): the record holds
+the head and lists its segments, each an object ``segments/<name>/<id>`` written before the
+record that refers to it, so a put that extends the previous revision writes the new messages
+and a small head instead of the whole history. Ids are never reused: a reader that raced a
+write and misses a segment reads the record again. Segments a write supersedes are deleted
+after it; ones a crashed writer left are found by ``collect_orphans``.
 """
 
 from __future__ import annotations
@@ -15,14 +22,20 @@ from __future__ import annotations
 import bisect
 import secrets
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import suppress
+from datetime import datetime
 from typing import Any
 
-from ..errors import ConflictError, InvalidKeyError, MissingDependencyError
-from .base import Record, Summary, plan_save, translate_errors
-from .objects import PEEK, TRANSIENT, Current, Entry, ObjectLayout, key_name
+import orjson
 
+from ..errors import BackendError, ConflictError, InvalidKeyError, MissingDependencyError
+from .base import Record, Summary, plan_save, translate_errors
+from .objects import PEEK, TRANSIENT, Current, Entry, ObjectLayout, fields_of, key_name
+from .segments import Split, assemble, merge, merge_start, plan_append, plan_split
+
+READS = 8  # a read that misses a segment a racing write deleted reads the record again
 _LOCKS: dict[tuple[str, str], threading.RLock] = {}
 _LOCKS_GUARD = threading.Lock()
 
@@ -37,12 +50,14 @@ def _lock_for(fs: Any, root: str) -> threading.RLock:
 class FsspecBackend(ObjectLayout):
     name = "fsspec"
     conditional_writes_across_processes = False
+    max_segments = 32
 
     def __init__(self, fs: Any, root: str) -> None:
         self.fs = fs
         self.root = root.rstrip("/")
         self._records = f"{self.root}/records/"
         self._index = f"{self.root}/index/"
+        self._segments = f"{self.root}/segments/"
         self._lock = _lock_for(fs, self.root)
         self._siblings: dict[str, FsspecBackend] = {}
 
@@ -76,33 +91,136 @@ class FsspecBackend(ObjectLayout):
         current = self._fetch_many([key_name(key)], "head")[0]
         return current.summary if current is not None else None
 
-    def save(
-        self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
+    def _save(
+        self,
+        record: Record,
+        split: Split | None,
+        expect_revision: int | None,
+        create_only: bool,
     ) -> Summary:
         name = key_name(record.key)
         with self._lock:
-            current = self._fetch_many([name], "save")[0]
-            summary = plan_save(
-                current.summary if current else None,
-                record,
-                expect_revision=expect_revision,
-                create_only=create_only,
+            fields = self._headers([name], "save")[0]
+            current = self._summary_of(fields, name, "save")
+            summary = (plan_save if split is None else plan_split)(
+                current, record, expect_revision=expect_revision, create_only=create_only
             )
-            token = secrets.token_hex(8)
-            entry = self._entry_path(summary, name, token)
-            data = self._header(record.key, summary, token) + record.body
-            with self._translate("save"):
-                self.fs.pipe_file(entry, b"")
-                self.fs.pipe_file(self._records + name, data)
-            if current is not None:
-                self._forget([self._entry_path(current.summary, name, current.token)])
+            if split is None:
+                self._commit(name, record.key, summary, record.body, {}, fields, [])
+                return summary
+            uploads = [(secrets.token_hex(8), split.segment)] if split.segment else []
+            segs = [[sid, len(data)] for sid, data in uploads]
+            extra = {"dig": split.digest, "segs": segs}
+            self._commit(name, record.key, summary, split.head, extra, fields, uploads)
             return summary
+
+    def append(
+        self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
+    ) -> Summary | None:
+        name = key_name(summary.key)
+        with self._lock:
+            fields = self._headers([name], "append")[0]
+            segs = fields.get("segs") if fields is not None else None
+            if (
+                fields is None
+                or not isinstance(segs, list)
+                or fields.get("rev") != base_revision
+                or fields.get("dig") != base_digest
+            ):
+                return None
+            current = self._summary_of(fields, name, "append")
+            planned = plan_append(current, summary, base_revision=base_revision)
+            uploads: list[tuple[str, bytes]] = []
+            if split.segment:
+                if len(segs) + 1 > self.max_segments:
+                    start = merge_start([int(size) for _, size in segs], self.max_segments)
+                    parts = self._read_segments(name, segs[start:], "append")
+                    if parts is None:  # a segment is lost: a full write heals the record
+                        return None
+                    joined = merge(parts)
+                    uploads.append((secrets.token_hex(8), joined))
+                    segs = [*segs[:start], [uploads[-1][0], len(joined)]]
+                uploads.append((secrets.token_hex(8), split.segment))
+                segs = [*segs, [uploads[-1][0], len(split.segment)]]
+            extra = {"dig": split.digest, "segs": segs}
+            self._commit(name, summary.key, planned, split.head, extra, fields, uploads)
+            return planned
+
+    def _commit(
+        self,
+        name: str,
+        key: str,
+        summary: Summary,
+        body: bytes,
+        extra: dict[str, Any],
+        previous: dict[str, Any] | None,
+        uploads: list[tuple[str, bytes]],
+    ) -> None:
+        """Write the segments and the index entry, then the record (the commit point), then
+        delete what the record replaced: its entry and the segments it no longer lists."""
+        token = secrets.token_hex(8)
+        entry = self._entry_path(summary, name, token)
+        header = orjson.dumps({"key": key, **fields_of(summary, token), **extra}) + b"\n"
+        first = {self._segment_path(name, sid): data for sid, data in uploads}
+        first[entry] = b""
+        try:
+            with self._translate("save"):
+                self.fs.pipe(first)  # one call: concurrent on the async filesystems
+                self.fs.pipe_file(self._records + name, header + body)
+        except BaseException:
+            self._forget(list(first))  # nothing refers to them: the record was not written
+            raise
+        if previous is not None:
+            kept = {sid for sid, _ in extra.get("segs", [])}
+            self._forget(self._superseded(name, previous, kept))
+
+    def _superseded(self, name: str, fields: dict[str, Any], kept: set[str]) -> list[str]:
+        """The objects a write that replaced the record with header ``fields`` leaves: its
+        index entry and the segments the new record does not list."""
+        current = self._current(fields, name, "save")
+        paths = [self._entry_path(current.summary, name, current.token)]
+        segs = fields.get("segs")
+        if isinstance(segs, list):
+            paths += [self._segment_path(name, sid) for sid, _ in segs if sid not in kept]
+        return paths
+
+    def collect_orphans(self, *, delete: bool = False, grace: float = 300.0) -> int:
+        """Segment objects no record lists (a writer died between writing a segment and its
+        record), older than ``grace`` seconds where the filesystem reports a time."""
+        with self._lock:
+            with self._translate("verify"):
+                try:
+                    found = self.fs.find(self._segments.rstrip("/"), detail=True)
+                except FileNotFoundError:
+                    found = {}
+            cutoff = time.time() - grace
+            by_name: dict[str, list[str]] = {}
+            for path, info in found.items():
+                moment = _modified(info)
+                if moment is not None and moment > cutoff:
+                    continue
+                name, slash, _ = str(path)[len(self._segments) :].rpartition("/")
+                if slash:
+                    by_name.setdefault(name, []).append(str(path))
+            owners = list(by_name)
+            headers = self._headers(owners, "verify")
+            orphans: list[str] = []
+            for name, fields in zip(owners, headers, strict=True):
+                segs = fields.get("segs") if fields is not None else None
+                kept = {self._segment_path(name, sid) for sid, _ in segs or []}
+                orphans.extend(path for path in by_name[name] if path not in kept)
+            if delete:
+                with self._translate("verify"):
+                    for path in orphans:
+                        self.fs.rm_file(path)
+            return len(orphans)
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         name = key_name(key)
         with self._lock:
-            current = self._fetch_many([name], "drop")[0]
-            if current is None:
+            fields = self._headers([name], "drop")[0]
+            current = None if fields is None else self._current(fields, name, "drop")
+            if current is None or fields is None:
                 if expect_revision is not None:
                     raise ConflictError(f"key {key!r} does not exist", key=key)
                 return False
@@ -113,7 +231,7 @@ class FsspecBackend(ObjectLayout):
                 )
             with self._translate("drop"):
                 self.fs.rm_file(self._records + name)
-            self._forget([self._entry_path(current.summary, name, current.token)])
+            self._forget(self._superseded(name, fields, set()))
             return True
 
     def verify(self, *, repair: bool = False) -> dict[str, int]:
@@ -160,13 +278,54 @@ class FsspecBackend(ObjectLayout):
 
     def _load(self, name: str, operation: str) -> Record | None:
         path = self._records + name
+        for _ in range(READS):
+            with self._translate(operation):
+                try:
+                    data = self.fs.cat_file(path)
+                except FileNotFoundError:
+                    return None
+            fields, body = self._split(data, path, operation)
+            record = Record(self._current(fields, name, operation).summary, body)
+            segs = fields.get("segs")
+            if not isinstance(segs, list):
+                return record
+            parts = self._read_segments(name, segs, operation)
+            if parts is not None:
+                return Record(record.summary, assemble(body, parts))
+            # A segment is gone: a write that replaced the record since deletes the ones it no
+            # longer lists. If the record is still the one read, it was lost: the head alone
+            # does not decode, so the record reads as unreadable, not as absent.
+            again = self._headers([name], operation)[0]
+            if again is None or again.get("tok") == fields.get("tok"):
+                return record if again is not None else None
+        raise BackendError(
+            f"{self.name} record {name!r} changed under {READS} attempts to read it",
+            backend=self.name,
+            operation=operation,
+        )
+
+    def _read_segments(self, name: str, segs: list[Any], operation: str) -> list[bytes] | None:
+        """The segments' bytes, in order; ``None`` if one is missing."""
+        if not segs:
+            return []
+        paths = [self._segment_path(name, str(sid)) for sid, _ in segs]
         with self._translate(operation):
-            try:
-                data = self.fs.cat_file(path)
-            except FileNotFoundError:
+            found = self.fs.cat(paths, on_error="return")
+        parts: list[bytes] = []
+        for path in paths:
+            part = found.get(path) if isinstance(found, dict) else found
+            if isinstance(part, FileNotFoundError) or part is None:
                 return None
-        fields, body = self._split(data, path, operation)
-        return Record(self._current(fields, name, operation).summary, body)
+            if isinstance(part, BaseException):
+                with self._translate(operation):
+                    raise part
+            parts.append(part)
+        return parts
+
+    def _summary_of(
+        self, fields: dict[str, Any] | None, name: str, operation: str
+    ) -> Summary | None:
+        return None if fields is None else self._current(fields, name, operation).summary
 
     def _ls(self, folder: str, operation: str) -> list[str]:
         with self._translate(operation):
@@ -184,14 +343,21 @@ class FsspecBackend(ObjectLayout):
                 yield entry
 
     def _fetch_many(self, names: Sequence[str], operation: str) -> list[Current | None]:
+        return [
+            None if fields is None else self._current(fields, name, operation)
+            for name, fields in zip(names, self._headers(names, operation), strict=True)
+        ]
+
+    def _headers(self, names: Sequence[str], operation: str) -> list[dict[str, Any] | None]:
+        """The records' header fields (``None`` for a missing record), read a peek at a time."""
         if not names:
             return []
         paths = [self._records + name for name in names]
         with self._translate(operation):
             peeks = self.fs.cat_ranges(paths, [0] * len(paths), [PEEK] * len(paths),
                                        on_error="return")  # fmt: skip
-        out: list[Current | None] = []
-        for name, path, peek in zip(names, paths, peeks, strict=True):
+        out: list[dict[str, Any] | None] = []
+        for path, peek in zip(paths, peeks, strict=True):
             if isinstance(peek, FileNotFoundError):
                 out.append(None)
                 continue
@@ -201,7 +367,7 @@ class FsspecBackend(ObjectLayout):
             if b"\n" not in peek and len(peek) >= PEEK:
                 with self._translate(operation):
                     peek = self.fs.cat_file(path)
-            out.append(self._current(self._split(peek, path, operation)[0], name, operation))
+            out.append(self._split(peek, path, operation)[0])
         return out
 
     def _forget(self, paths: Sequence[str]) -> None:
@@ -212,3 +378,14 @@ class FsspecBackend(ObjectLayout):
 
     def _translate(self, operation: str) -> Any:
         return translate_errors(self.name, operation, transient=TRANSIENT, fatal=(Exception,))
+
+
+def _modified(info: dict[str, Any]) -> float | None:
+    """When an object was last written, as fsspec's drivers report it (their keys differ)."""
+    for key in ("mtime", "created", "LastModified", "updated", "last_modified"):
+        value = info.get(key)
+        if isinstance(value, int | float):
+            return float(value)
+        if isinstance(value, datetime):
+            return value.timestamp()
+    return None

@@ -4,6 +4,7 @@ Layout under the store's root::
 
     records/<name>                          JSON header line, newline, the stored bytes
     index/<position>_<name>!<token>.<tags>  an empty object per record, for listing
+    segments/<name>/<id>                    a piece of a growing history (``segments.py``)
     _<namespace>/                           the same again for the Store's bookkeeping
 
 ``<name>`` is the key's UTF-8 in lowercase base32hex, which keeps byte order (names sort as
@@ -34,7 +35,8 @@ from typing import Any
 import orjson
 
 from ..errors import BackendError, InvalidKeyError
-from .base import Query, Summary, is_after, matches
+from .base import Query, Record, Summary, is_after, matches
+from .segments import Split
 
 WIDTH = 17
 OFFSET = 10_000_000_000_000_000  # savedAt from -OFFSET up to 9 * OFFSET fits WIDTH digits
@@ -129,12 +131,37 @@ def _units(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
 
 class ObjectLayout:
     """Names, headers and index listing shared by the fsspec and S3 backends. Subclasses set
-    ``_records`` and ``_index`` (path prefixes ending in ``/``) and provide ``_entries`` and
-    ``_fetch_many``."""
+    ``_records``, ``_index`` and ``_segments`` (path prefixes ending in ``/``) and provide
+    ``_save``, ``_entries`` and ``_fetch_many``."""
 
     name: str
     _records: str
     _index: str
+    _segments: str
+
+    def save(
+        self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
+    ) -> Summary:
+        return self._save(record, None, expect_revision, create_only)
+
+    def save_split(
+        self,
+        record: Record,
+        split: Split,
+        *,
+        expect_revision: int | None = None,
+        create_only: bool = False,
+    ) -> Summary:
+        """``save`` of a record kept as a head plus segment objects (``segments.py``)."""
+        return self._save(record, split, expect_revision, create_only)
+
+    def _save(
+        self, record: Record, split: Split | None, expect_revision: int | None, create_only: bool
+    ) -> Summary:
+        raise NotImplementedError
+
+    def _segment_path(self, name: str, sid: str) -> str:
+        return f"{self._segments}{name}/{sid}"
 
     def _entries(self, start: str) -> Iterator[Entry]:
         """Index entries in name order, strictly after the name ``start``."""

@@ -46,10 +46,9 @@ from .s3_writes import (
     error_code,
     error_status,
     lost_race,
-    merge_start,
     missing,
 )
-from .segments import Split, assemble, merge, plan_append, plan_split
+from .segments import Split, assemble, merge, merge_start, plan_append, plan_split
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -153,21 +152,6 @@ class S3Backend(ObjectLayout):
         self._check_bucket("head")
         current = self._fetch(key_name(key), "head")
         return current.summary if current is not None else None
-
-    def save(
-        self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
-    ) -> Summary:
-        return self._save(record, None, expect_revision, create_only)
-
-    def save_split(
-        self,
-        record: Record,
-        split: Split,
-        *,
-        expect_revision: int | None = None,
-        create_only: bool = False,
-    ) -> Summary:
-        return self._save(record, split, expect_revision, create_only)
 
     def _save(
         self,
@@ -448,9 +432,6 @@ class S3Backend(ObjectLayout):
                     return None
                 raise
         return data
-
-    def _segment_path(self, name: str, sid: str) -> str:
-        return f"{self._segments}{name}/{sid}"
 
     def _fetch(self, name: str, operation: str) -> Current | None:
         """The record's summary, token and ETag: from its metadata, else from its header."""

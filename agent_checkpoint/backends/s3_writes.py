@@ -14,7 +14,7 @@ import base64
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -70,21 +70,6 @@ def lost_race(exc: ClientError) -> bool:
     return error_code(exc) in RACE_CODES or (
         error_status(exc) in (404, 412) and error_code(exc) != "NoSuchBucket"
     )
-
-
-def merge_start(sizes: Sequence[int], limit: int) -> int:
-    """Where the segments to merge start, for a record holding ``sizes`` (oldest first) that
-    must make room for one more under ``limit``: the newest run of at least two segments, each
-    earlier segment joining it while it is no larger than the run so far. A history grown one
-    message at a time then holds segments whose sizes grow geometrically towards the oldest,
-    so a byte is merged again only when the run has caught up with it, and the segment
-    count stays under the limit without rewriting the whole history on every merge."""
-    start = max(min(len(sizes), limit) - 2, 0)
-    run = sum(sizes[start:])
-    while start > 0 and sizes[start - 1] <= run:
-        start -= 1
-        run += sizes[start]
-    return start
 
 
 class RecentSegments:

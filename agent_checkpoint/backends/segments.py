@@ -22,6 +22,7 @@ and has no such limit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
@@ -37,6 +38,7 @@ __all__ = [
     "assemble",
     "chain",
     "merge",
+    "merge_start",
     "plan_append",
     "plan_split",
 ]
@@ -66,6 +68,21 @@ def chain(previous: str, segment: bytes) -> str:
 def merge(segments: list[bytes]) -> bytes:
     """Segments joined into one: the history array's contents they hold, in order."""
     return b",".join(s for s in segments if s)
+
+
+def merge_start(sizes: Sequence[int], limit: int) -> int:
+    """Where the segments to merge start, for a record holding ``sizes`` (oldest first) that
+    must make room for one more under ``limit``: the newest run of at least two segments, each
+    earlier segment joining it while it is no larger than the run so far. A history grown one
+    message at a time then holds segments whose sizes grow geometrically towards the oldest,
+    so a byte is merged again only when the run has caught up with it, and the segment
+    count stays under the limit without rewriting the whole history on every merge."""
+    start = max(min(len(sizes), limit) - 2, 0)
+    run = sum(sizes[start:])
+    while start > 0 and sizes[start - 1] <= run:
+        start -= 1
+        run += sizes[start]
+    return start
 
 
 def assemble(head: bytes, segments: list[bytes]) -> bytes:

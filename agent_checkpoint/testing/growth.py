@@ -3,6 +3,8 @@ full write would."""
 
 from __future__ import annotations
 
+import threading
+
 import orjson
 import pytest
 
@@ -26,6 +28,42 @@ def _grow(n: int, *, start: tuple[Message, ...] = ()) -> list[tuple[Message, ...
         history = (*history, Message(role, f"message {i} " + "ü" * (i % 7), **extra))  # type: ignore[arg-type]
         histories.append(history)
     return histories
+
+
+def read_while_growing(writer: Store, reader: Store, *, key: str = "g", n: int = 60) -> int:
+    """Grow a history under ``key`` through ``writer`` while two threads read it through
+    ``reader``; every read must be one of the histories written, whole (never torn by a merge
+    deleting segments under it). Returns how many different lengths the readers saw."""
+    base = checkpoint(key)
+    histories = _grow(n)
+    writer.put(base.evolve(history=histories[0]), key=key)
+    stop = threading.Event()
+    seen: set[int] = set()
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                got = reader.get(key)
+                assert got is not None and got.history == histories[len(got.history) - 1]
+                seen.add(len(got.history))
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=read) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for history in histories[1:]:
+            writer.put(base.evolve(history=history), key=key)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
+    return len(seen)
 
 
 def _summary(key: str, size: int, *, owner: str | None = None) -> Summary:
