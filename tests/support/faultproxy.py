@@ -39,6 +39,13 @@ class FaultProxy:
         self._server = server
         self._ready.set()
         self._loop.run_forever()
+        # stopped: cancel the connections still piping and let them unwind, so that closing
+        # the loop destroys no pending task ("Task was destroyed but it is pending!")
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self._loop.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.refuse:
