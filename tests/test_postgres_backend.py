@@ -962,6 +962,30 @@ def test_a_full_record_missing_a_row_is_not_merged_but_rewritten(
     assert back is not None and back.history == history and summary_.revision == row[5] + 1
 
 
+def test_the_upgrade_drops_the_oldest_first_index_and_retention_still_runs_oldest_first(
+    admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    indexes = "SELECT indexname FROM pg_indexes WHERE schemaname = %s ORDER BY 1"
+    with open_pg(schema) as store:
+        with monkeypatch.context() as m:
+            m.setattr(postgres, "MIGRATIONS", MIGRATIONS[:5])
+            store.setup()
+        assert ("agent_checkpoints_oldest_idx",) in admin.execute(indexes, (schema,)).fetchall()
+        for i, key in enumerate(["c", "a", "b", "d"]):
+            store.put(stamped(checkpoint(key), 1000 + (i // 2)), key=key)  # two ties
+        store.setup()
+        assert ("agent_checkpoints_oldest_idx",) not in admin.execute(indexes, (schema,)).fetchall()
+        oldest = store.backend.scan(Query(oldest_first=True, limit=10))
+        assert [(s.saved_at, s.key) for s in oldest] == [
+            (1000, "a"),
+            (1000, "c"),
+            (1001, "b"),
+            (1001, "d"),
+        ]
+        assert store.forget_older_than(1001, limit=1).forgotten == 1  # "a": oldest, then key
+        assert sorted(s.key for s in store.list()) == ["b", "c", "d"]
+
+
 def test_a_record_written_before_compressed_segments_upgrades_and_keeps_growing(
     admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -109,6 +109,16 @@ MIGRATIONS: tuple[Step, ...] = (
             " WHERE agent_id IS NOT NULL",
         ),
     ),
+    (
+        6,
+        "no oldest-first index",
+        (
+            # Oldest first (retention) reads the newest-first index backwards, ordering ties
+            # by key with an incremental sort of each tie, so the second B-tree on saved_at
+            # only cost every put one more index entry (which stays until VACUUM).
+            "DROP INDEX IF EXISTS {oldest_idx_in_schema}",
+        ),
+    ),
 )
 
 
@@ -124,7 +134,7 @@ def object_names(schema: str, table: str) -> dict[str, sql.Identifier]:
         # An index lives in its table's schema: DROP INDEX must name that schema.
         **{
             f"{n}_idx_in_schema": sql.Identifier(schema, f"{table}_{n}_idx")
-            for n in ("owner", "agent")
+            for n in ("oldest", "owner", "agent")
         },
     }
 
