@@ -33,13 +33,17 @@ def _grow(n: int, *, start: tuple[Message, ...] = ()) -> list[tuple[Message, ...
 def read_while_growing(writer: Store, reader: Store, *, key: str = "g", n: int = 60) -> int:
     """Grow a history under ``key`` through ``writer`` while two threads read it through
     ``reader``; every read must be one of the histories written, whole (never torn by a merge
-    deleting segments under it). Returns how many different lengths the readers saw."""
+    deleting segments under it). After each put the writer waits (briefly) for a read to
+    finish, so that reads interleave with the writes even where a put is much faster than a
+    read. Returns how many different lengths the readers saw."""
     base = checkpoint(key)
     histories = _grow(n)
     writer.put(base.evolve(history=histories[0]), key=key)
     stop = threading.Event()
     seen: set[int] = set()
     errors: list[BaseException] = []
+    reads = [0]
+    progress = threading.Condition()
 
     def read() -> None:
         while not stop.is_set():
@@ -50,6 +54,14 @@ def read_while_growing(writer: Store, reader: Store, *, key: str = "g", n: int =
             except BaseException as exc:
                 errors.append(exc)
                 return
+            finally:
+                with progress:
+                    reads[0] += 1
+                    progress.notify_all()
+
+    def a_read_after(count: int) -> None:
+        with progress:
+            progress.wait_for(lambda: reads[0] > count or bool(errors), timeout=1.0)
 
     threads = [threading.Thread(target=read) for _ in range(2)]
     for t in threads:
@@ -57,6 +69,7 @@ def read_while_growing(writer: Store, reader: Store, *, key: str = "g", n: int =
     try:
         for history in histories[1:]:
             writer.put(base.evolve(history=history), key=key)
+            a_read_after(reads[0])
     finally:
         stop.set()
         for t in threads:
