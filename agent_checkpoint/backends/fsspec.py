@@ -32,7 +32,17 @@ import orjson
 
 from ..errors import BackendError, ConflictError, InvalidKeyError, MissingDependencyError
 from .base import Record, Summary, plan_save, translate_errors
-from .objects import PEEK, TRANSIENT, Current, Entry, ObjectLayout, fields_of, key_name
+from .objects import (
+    PEEK,
+    TRANSIENT,
+    Current,
+    Entry,
+    ObjectLayout,
+    extends,
+    fields_of,
+    key_name,
+    segments_of,
+)
 from .segments import Split, assemble, merge, merge_start, plan_append, plan_split
 
 READS = 8  # a read that misses a segment a racing write deleted reads the record again
@@ -120,14 +130,9 @@ class FsspecBackend(ObjectLayout):
         name = key_name(summary.key)
         with self._lock:
             fields = self._headers([name], "append")[0]
-            segs = fields.get("segs") if fields is not None else None
-            if (
-                fields is None
-                or not isinstance(segs, list)
-                or fields.get("rev") != base_revision
-                or fields.get("dig") != base_digest
-            ):
+            if fields is None or not extends(fields, base_revision, base_digest):
                 return None
+            segs = segments_of(fields) or []
             current = self._summary_of(fields, name, "append")
             planned = plan_append(current, summary, base_revision=base_revision)
             uploads: list[tuple[str, bytes]] = []
@@ -174,16 +179,6 @@ class FsspecBackend(ObjectLayout):
             kept = {sid for sid, _ in extra.get("segs", [])}
             self._forget(self._superseded(name, previous, kept))
 
-    def _superseded(self, name: str, fields: dict[str, Any], kept: set[str]) -> list[str]:
-        """The objects a write that replaced the record with header ``fields`` leaves: its
-        index entry and the segments the new record does not list."""
-        current = self._current(fields, name, "save")
-        paths = [self._entry_path(current.summary, name, current.token)]
-        segs = fields.get("segs")
-        if isinstance(segs, list):
-            paths += [self._segment_path(name, sid) for sid, _ in segs if sid not in kept]
-        return paths
-
     def collect_orphans(self, *, delete: bool = False, grace: float = 300.0) -> int:
         """Segment objects no record lists (a writer died between writing a segment and its
         record), older than ``grace`` seconds where the filesystem reports a time."""
@@ -194,21 +189,9 @@ class FsspecBackend(ObjectLayout):
                 except FileNotFoundError:
                     found = {}
             cutoff = time.time() - grace
-            by_name: dict[str, list[str]] = {}
-            for path, info in found.items():
-                moment = _modified(info)
-                if moment is not None and moment > cutoff:
-                    continue
-                name, slash, _ = str(path)[len(self._segments) :].rpartition("/")
-                if slash:
-                    by_name.setdefault(name, []).append(str(path))
-            owners = list(by_name)
-            headers = self._headers(owners, "verify")
-            orphans: list[str] = []
-            for name, fields in zip(owners, headers, strict=True):
-                segs = fields.get("segs") if fields is not None else None
-                kept = {self._segment_path(name, sid) for sid, _ in segs or []}
-                orphans.extend(path for path in by_name[name] if path not in kept)
+            old = [str(path) for path, info in found.items()
+                   if (moment := _modified(info)) is None or moment <= cutoff]  # fmt: skip
+            orphans = self._unlisted(old, lambda names: self._headers(names, "verify"))
             if delete:
                 with self._translate("verify"):
                     for path in orphans:
@@ -286,8 +269,8 @@ class FsspecBackend(ObjectLayout):
                     return None
             fields, body = self._split(data, path, operation)
             record = Record(self._current(fields, name, operation).summary, body)
-            segs = fields.get("segs")
-            if not isinstance(segs, list):
+            segs = segments_of(fields)
+            if segs is None:
                 return record
             parts = self._read_segments(name, segs, operation)
             if parts is not None:
@@ -321,11 +304,6 @@ class FsspecBackend(ObjectLayout):
                     raise part
             parts.append(part)
         return parts
-
-    def _summary_of(
-        self, fields: dict[str, Any] | None, name: str, operation: str
-    ) -> Summary | None:
-        return None if fields is None else self._current(fields, name, operation).summary
 
     def _ls(self, folder: str, operation: str) -> list[str]:
         with self._translate(operation):

@@ -28,7 +28,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,6 +115,21 @@ def fields_of(summary: Summary, token: str) -> dict[str, Any]:
             "size": s.size, "rev": s.revision, "tok": token}  # fmt: skip
 
 
+def segments_of(fields: dict[str, Any]) -> list[list[Any]] | None:
+    """``[[id, size], ...]`` of a record stored in segments; ``None`` for a whole one."""
+    segs = fields.get("segs")
+    return segs if isinstance(segs, list) else None
+
+
+def extends(fields: dict[str, Any], revision: int, digest: str) -> bool:
+    """Whether the record with header ``fields`` is the segmented one an append extends."""
+    return (
+        segments_of(fields) is not None
+        and fields.get("rev") == revision
+        and fields.get("dig") == digest
+    )
+
+
 def _units(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
     group: list[Entry] = []
     for entry in entries:
@@ -162,6 +177,43 @@ class ObjectLayout:
 
     def _segment_path(self, name: str, sid: str) -> str:
         return f"{self._segments}{name}/{sid}"
+
+    def _summary_of(
+        self, fields: dict[str, Any] | None, name: str, operation: str
+    ) -> Summary | None:
+        return None if fields is None else self._current(fields, name, operation).summary
+
+    def _superseded(self, name: str, fields: dict[str, Any] | None, kept: set[str]) -> list[str]:
+        """What a write that replaced the record with header ``fields`` leaves behind: its
+        index entry and the segments the new record does not list (ids are never reused, so
+        no later record can refer to them)."""
+        if fields is None:
+            return []
+        current = self._current(fields, name, "save")
+        paths = [self._entry_path(current.summary, name, current.token)]
+        paths += [self._segment_path(name, str(sid)) for sid, _ in segments_of(fields) or []
+                  if sid not in kept]  # fmt: skip
+        return paths
+
+    def _unlisted(
+        self,
+        paths: Sequence[str],
+        headers: Callable[[list[str]], list[dict[str, Any] | None]],
+    ) -> list[str]:
+        """The segment objects among ``paths`` that their record does not list, ``headers``
+        reading the records' header fields by name."""
+        by_name: dict[str, list[str]] = {}
+        for path in paths:
+            name, slash, _ = path[len(self._segments) :].rpartition("/")
+            if slash:
+                by_name.setdefault(name, []).append(path)
+        owners = list(by_name)
+        orphans: list[str] = []
+        for name, fields in zip(owners, headers(owners), strict=True):
+            segs = segments_of(fields) if fields is not None else None
+            kept = {self._segment_path(name, str(sid)) for sid, _ in segs or []}
+            orphans.extend(path for path in by_name[name] if path not in kept)
+        return sorted(orphans)
 
     def _entries(self, start: str) -> Iterator[Entry]:
         """Index entries in name order, strictly after the name ``start``."""

@@ -37,7 +37,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from ..errors import BackendError, BackendUnavailableError, ConflictError, InvalidKeyError
 from .base import Query, Record, Summary, plan_save, translate_errors
-from .objects import PEEK, Current, Entry, ObjectLayout, key_name
+from .objects import PEEK, Current, Entry, ObjectLayout, key_name, segments_of
 from .s3_writes import (
     RACES,
     Known,
@@ -171,7 +171,7 @@ class S3Backend(ObjectLayout):
                 # If-None-Match refuses an existing key by itself: a create needs no read first
                 current = None if create_only and attempt == 0 else self._known(name, "save", True)
                 summary = (plan_save if split is None else plan_split)(
-                    self._summary_of(current, name, "save"),
+                    self._summary_of(current.fields if current else None, name, "save"),
                     record,
                     expect_revision=expect_revision,
                     create_only=create_only,
@@ -204,7 +204,9 @@ class S3Backend(ObjectLayout):
                 if current is None or not current.extends(base_revision, base_digest):
                     return None
                 planned = plan_append(
-                    self._summary_of(current, name, "append"), summary, base_revision=base_revision
+                    self._summary_of(current.fields, name, "append"),
+                    summary,
+                    base_revision=base_revision,
                 )
                 segs = list(current.segments or [])
                 if new and len(segs) + 1 > self.max_segments:
@@ -272,7 +274,7 @@ class S3Backend(ObjectLayout):
                     self._forget_known(name)
                     continue
             self._forget_known(name)
-            self._forget(self._superseded(name, current, set()))
+            self._forget(self._superseded(name, current.fields, set()))
             return True
         raise ConflictError(f"key {key!r} changed under {RACES} attempts to drop it", key=key)
 
@@ -328,18 +330,12 @@ class S3Backend(ObjectLayout):
 
     def _orphans(self, paths: Sequence[str]) -> list[str]:
         """The segment objects among ``paths`` that their record does not refer to."""
-        by_name: dict[str, list[str]] = {}
-        for path in paths:
-            name, slash, _ = path[len(self._segments) :].rpartition("/")
-            if slash:
-                by_name.setdefault(name, []).append(path)
-        owners = list(by_name)
-        knowns = self._map(lambda n: self._read_header(n, "verify"), owners)
-        orphans: list[str] = []
-        for name, known in zip(owners, knowns, strict=True):
-            kept = {self._segment_path(name, sid) for sid, _ in (known and known.segments) or []}
-            orphans.extend(path for path in by_name[name] if path not in kept)
-        return sorted(orphans)
+
+        def headers(names: list[str]) -> list[dict[str, Any] | None]:
+            knowns = self._map(lambda n: self._read_header(n, "verify"), names)
+            return [known.fields if known else None for known in knowns]
+
+        return self._unlisted(paths, headers)
 
     def iter_records(self) -> Iterator[Record]:
         """Every record, read from the records themselves, not through the index."""
@@ -402,7 +398,7 @@ class S3Backend(ObjectLayout):
                     raise
             fields, body = self._split(data, path, operation)
             record = Record(self._current(fields, name, operation).summary, body)
-            segs = Known(fields, "").segments
+            segs = segments_of(fields)
             if segs is None:
                 return record
             parts = self._map(lambda seg: self._get_segment(name, seg[0], operation), segs,
@@ -440,9 +436,6 @@ class S3Backend(ObjectLayout):
             return None
         return self._current(known.fields, name, operation, known.etag)
 
-    def _summary_of(self, known: Known | None, name: str, operation: str) -> Summary | None:
-        return None if known is None else self._current(known.fields, name, operation).summary
-
     def _known(self, name: str, operation: str, segments: bool = False) -> Known | None:
         """The record's header fields and ETag: from its metadata (one HEAD), else (or, with
         ``segments``, for a split record) from its header."""
@@ -477,18 +470,6 @@ class S3Backend(ObjectLayout):
                     return None
                 raise
         return Known(self._split(data, path, operation)[0], response["ETag"].strip('"'))
-
-    def _superseded(self, name: str, previous: Known | None, kept: set[str]) -> list[str]:
-        """What a write that replaced ``previous`` leaves behind: its index entry and the
-        segments the new record does not refer to (ids are never reused, so no later record
-        can refer to them)."""
-        if previous is None:
-            return []
-        summary = self._current(previous.fields, name, "save").summary
-        paths = [self._entry_path(summary, name, str(previous.fields["tok"]))]
-        paths += [self._segment_path(name, sid) for sid, _ in previous.segments or []
-                  if sid not in kept]  # fmt: skip
-        return paths
 
     def _remember(self, name: str, known: Known) -> None:
         with self._lock:

@@ -22,7 +22,7 @@ import orjson
 from botocore.exceptions import ClientError
 
 from .base import Summary
-from .objects import HASHED, fields_of
+from .objects import HASHED, extends, fields_of, segments_of
 
 if TYPE_CHECKING:
     from .s3 import S3Backend
@@ -41,16 +41,10 @@ class Known:
 
     @property
     def segments(self) -> list[list[Any]] | None:
-        """``[[id, size], ...]`` of a record stored in segments; ``None`` for a whole one."""
-        segs = self.fields.get("segs")
-        return segs if isinstance(segs, list) else None
+        return segments_of(self.fields)
 
     def extends(self, revision: int, digest: str) -> bool:
-        return (
-            self.segments is not None
-            and self.fields.get("rev") == revision
-            and self.fields.get("dig") == digest
-        )
+        return extends(self.fields, revision, digest)
 
 
 def error_status(exc: ClientError) -> int:
@@ -175,7 +169,7 @@ class Write:
         kept = {sid for sid, _ in extra.get("segs", [])}
         for sid in kept & self.uploaded.keys():
             b._recent.add(b._segment_path(name, sid), self.uploaded[sid])
-        b._forget(b._superseded(name, current, kept))
+        b._forget(b._superseded(name, current.fields if current else None, kept))
         return True
 
     def discard_merged(self) -> None:
