@@ -110,6 +110,37 @@ def test_create_bucket_creates_a_missing_bucket(client: Any, how: str) -> None:
     client.delete_bucket(Bucket=bucket)
 
 
+def test_first_use_of_a_missing_bucket_from_many_threads_and_clients_succeeds(
+    s3_server: S3Server,
+) -> None:
+    """A copy or a worker pool starts with many threads, each one's first call finds the bucket
+    missing and creates it: losing that race is success, never an error (it once was, when
+    botocore handed racing threads different exception classes for the same error)."""
+    start = threading.Barrier(16)  # a barrier is reusable: one for every round
+
+    def first_read(backend: S3Backend) -> object:
+        start.wait()
+        return backend.load("k")
+
+    for _ in range(5):
+        bucket = f"race-{uuid.uuid4().hex[:8]}"
+        clients = [s3_server.client() for _ in range(4)]  # fresh: nothing built lazily yet
+        backends = [
+            S3Backend.from_url(f"s3://{bucket}/p", client=made, create_bucket=True)
+            for made in clients
+        ]
+        with ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(first_read, [b for b in backends for _ in range(4)]))
+        assert results == [None] * 16
+        with Store(backends[0]) as store:
+            store.put(checkpoint(), key="k")
+            assert Store(backends[1]).get("k") is not None
+        purge(clients[0], bucket, "")
+        clients[0].delete_bucket(Bucket=bucket)
+        for made in clients:
+            made.close()
+
+
 def test_wrong_credentials_are_a_backend_error_not_a_transient_one(s3_server: S3Server) -> None:
     wrong = s3_server.client(secret_key="not-the-secret")
     store = Store(S3Backend.from_url(f"s3://{BUCKET}/p", client=wrong))

@@ -95,6 +95,7 @@ class S3Backend(ObjectLayout):
         self._owns = owns_client
         self._region = region
         self._bucket_checked = False
+        self._bucket_lock = threading.Lock()
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._segment_threads: ThreadPoolExecutor | None = None
@@ -584,11 +585,13 @@ class S3Backend(ObjectLayout):
 
     def _check_bucket(self, operation: str) -> None:
         """A missing bucket would read as missing keys (a HEAD 404 carries no error code), so
-        the first operation checks the bucket once. A 403 (a policy scoped to the prefix may
-        not allow HeadBucket) proves nothing either way."""
+        the first operation checks the bucket once, one thread at a time. A 403 (a policy
+        scoped to the prefix may not allow HeadBucket) proves nothing either way."""
         if self._bucket_checked:
             return
-        with self._translate(operation):
+        with self._bucket_lock, self._translate(operation):
+            if self._bucket_checked:
+                return
             try:
                 self.client.head_bucket(Bucket=self.bucket)
             except ClientError as exc:
@@ -604,14 +607,22 @@ class S3Backend(ObjectLayout):
                         backend=self.name,
                         operation=operation,
                     ) from exc
-                location = {"LocationConstraint": self._region}
-                with suppress(self.client.exceptions.BucketAlreadyOwnedByYou):
-                    if self._region and self._region != "us-east-1":
-                        self.client.create_bucket(Bucket=self.bucket,
-                                                  CreateBucketConfiguration=location)  # fmt: skip
-                    else:
-                        self.client.create_bucket(Bucket=self.bucket)
-        self._bucket_checked = True
+                self._create_bucket()
+            self._bucket_checked = True
+
+    def _create_bucket(self) -> None:
+        """Create the bucket; another client creating it first is success. Matched by error
+        code, not by ``client.exceptions``: botocore builds those classes lazily and threads
+        racing the first call can get different classes for the same code."""
+        location = {"LocationConstraint": self._region}
+        try:
+            if self._region and self._region != "us-east-1":
+                self.client.create_bucket(Bucket=self.bucket, CreateBucketConfiguration=location)
+            else:
+                self.client.create_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            if error_code(exc) != "BucketAlreadyOwnedByYou":
+                raise
 
     @contextmanager
     def _translate(self, operation: str) -> Iterator[None]:
