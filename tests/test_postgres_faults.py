@@ -17,7 +17,9 @@ from support.postgres_server import PostgresServer, unique_schema, with_address,
 from support.services import POSTGRES_URL, service_missing
 
 from agent_checkpoint import Store, open_store
-from agent_checkpoint.errors import BackendUnavailableError
+from agent_checkpoint.backends.postgres import LEDGER
+from agent_checkpoint.backends.postgres_connections import ReadTimeoutError
+from agent_checkpoint.errors import BackendUnavailableError, InvalidKeyError
 from agent_checkpoint.store import NO_RETRY, RetryPolicy
 from agent_checkpoint.testing import checkpoint
 
@@ -176,6 +178,93 @@ def test_refusal_longer_than_the_retry_budget_raises_backend_unavailable(
         # Healed: the same backend, under the default budget, recovers its pool.
         got = Store(store.backend).get("k")
         assert got is not None and got.history[0].content == "landed 0"
+
+
+def test_a_server_that_stops_answering_times_out_instead_of_hanging(
+    proxy: FaultProxy, schema: str
+) -> None:
+    """A network that swallows traffic must not hang the agent: every wait for a reply ends
+    after ``read_timeout`` and, once the budget is spent, raises the library's error."""
+    direct(schema).close()
+    with proxied(proxy, schema, read_timeout=1, retry=SMALL_BUDGET, pool_timeout=1) as store:
+        store.put(checkpoint(text="kept"), key="k")
+        proxy.blackhole = True
+        try:
+            with pytest.raises(BackendUnavailableError) as caught:
+                store.get("k")
+        finally:
+            proxy.heal()
+        assert_library_errors([caught.value], {"load"})
+        assert "within 1 s (read_timeout)" in str(caught.value)
+        assert isinstance(caught.value.__cause__, ReadTimeoutError)
+        got = store.get("k")  # healed: fresh sessions answer
+        assert got is not None and got.history[0].content == "kept 0"
+
+
+def locked_row(schema: str, key: str) -> psycopg.Connection[Any]:
+    """An admin session holding the record row's lock in an open transaction."""
+    admin = psycopg.connect(POSTGRES_URL)
+    table = sql.Identifier(schema, "agent_checkpoints")
+    admin.execute(sql.SQL("SELECT 1 FROM {} WHERE key = %s FOR UPDATE").format(table), (key,))
+    return admin
+
+
+@pytest.mark.parametrize("write", ["rewrite", "append"])
+def test_a_write_queued_behind_a_lock_is_cancelled_after_read_timeout(
+    schema: str, write: str
+) -> None:
+    """A put stuck behind a lock that a forgotten session holds gives up after
+    ``read_timeout``, and its statement is cancelled on the server, so it does not apply
+    later, when the lock is released, behind the caller's back (an append is one autocommit
+    statement: left queued, it would)."""
+    direct(schema).close()
+    url = with_query(POSTGRES_URL, schema=schema, read_timeout="0.5")
+    with open_store(url, retry=NO_RETRY) as store:
+        store.put(checkpoint(text="first", messages=4), key="k")
+        before = store.head("k")
+        then = (
+            checkpoint(text="second")
+            if write == "rewrite"
+            else checkpoint(text="first", messages=5)
+        )
+        admin = locked_row(schema, "k")
+        try:
+            with pytest.raises(BackendUnavailableError, match=r"read_timeout"):
+                store.put(then, key="k")
+        finally:
+            admin.rollback()
+            admin.close()
+        time.sleep(0.5)  # a statement still queued on the lock would have applied by now
+        assert store.head("k") == before
+        got = store.get("k")
+        assert got is not None and [m.content for m in got.history][-1] == "first 3"
+        store.put(then, key="k")  # the lock is gone: the same write goes through
+        assert store.get("k") == then
+
+
+def test_setup_is_not_bound_by_read_timeout(schema: str) -> None:
+    """Schema changes may wait on a lock or build an index for longer than a read may take."""
+    direct(schema).close()
+    admin = psycopg.connect(POSTGRES_URL)
+    ledger = sql.Identifier(schema, LEDGER)  # setup reads it first, so it waits for the lock
+    admin.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(ledger))
+    release = threading.Timer(1.5, admin.rollback)
+    release.start()
+    try:
+        url = with_query(POSTGRES_URL, schema=schema, read_timeout="0.3")
+        with open_store(url, retry=NO_RETRY) as store:
+            store.setup()  # waits for the lock, past read_timeout
+            store.put(checkpoint(text="after"), key="k")
+            assert store.get("k") is not None
+    finally:
+        release.join()
+        admin.close()
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "inf", "nan"])
+def test_an_unusable_read_timeout_is_refused_naming_it(value: str) -> None:
+    with pytest.raises(InvalidKeyError, match=rf"read_timeout must be seconds >= 0.*{value}"):
+        open_store(with_query(POSTGRES_URL, read_timeout=value))
 
 
 # -- a throwaway server, restarted and stopped ------------------------------------------

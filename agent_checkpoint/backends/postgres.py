@@ -14,13 +14,11 @@ applies atomically or not at all.
 
 from __future__ import annotations
 
-import select
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
@@ -30,6 +28,14 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from ..errors import BackendError, ConflictError, InvalidKeyError
 from .base import Query, Record, Summary, plan_save, resolve_owner, translate_errors
+from .postgres_connections import (
+    DEFAULT_READ_TIMEOUT,
+    TimedConnection,
+    make_pool,
+    read_timeout_option,
+    split_url,
+    unbounded,
+)
 from .postgres_schema import (
     LEDGER,
     MAX_SCHEMA_NAME,
@@ -40,7 +46,14 @@ from .postgres_schema import (
 )
 from .segments import Split, assemble, plan_split
 
-__all__ = ["DEFAULT_TABLE", "LEDGER", "MIGRATIONS", "PostgresBackend"]
+__all__ = [
+    "DEFAULT_READ_TIMEOUT",
+    "DEFAULT_TABLE",
+    "LEDGER",
+    "MIGRATIONS",
+    "PostgresBackend",
+    "TimedConnection",
+]
 
 DEFAULT_TABLE = "agent_checkpoints"
 
@@ -64,8 +77,6 @@ _COLUMNS = (
     "revision",
 )
 
-_URL_OPTIONS = ("schema", "table", "min_size", "max_size", "pool_timeout")
-
 
 class PostgresBackend:
     name = "postgres"
@@ -77,7 +88,7 @@ class PostgresBackend:
 
     def __init__(
         self,
-        pool: ConnectionPool[Connection],
+        pool: ConnectionPool[Any],
         *,
         schema: str = "public",
         table: str = DEFAULT_TABLE,
@@ -212,39 +223,29 @@ class PostgresBackend:
         min_size: int | None = None,
         max_size: int | None = None,
         pool_timeout: float | None = None,
+        read_timeout: float | None = None,
     ) -> PostgresBackend:
-        """``postgresql://user@host:port/db?schema=..&table=..&min_size=..&max_size=..&pool_timeout=..``;
-        other query parameters go to libpq. Keywords override the URL."""
-        parts = urlsplit(url)
-        params = parse_qsl(parts.query, keep_blank_values=True)
-        ours = {k: v for k, v in params if k in _URL_OPTIONS}
-        libpq = [(k, v) for k, v in params if k not in _URL_OPTIONS]
-        # quote, not quote_plus: libpq reads '+' literally (options=-c%20name%3Dvalue).
-        conninfo = urlunsplit(parts._replace(query=urlencode(libpq, quote_via=quote)))
+        """``postgresql://user@host:port/db?schema=..&table=..&min_size=..&max_size=..``
+        ``&pool_timeout=..&read_timeout=..``; other query parameters go to libpq. Keywords
+        override the URL. ``read_timeout`` (seconds, ``DEFAULT_READ_TIMEOUT`` unless given;
+        ``0``: no limit) bounds each wait for the server's reply."""
+        conninfo, ours = split_url(url)
         schema = schema if schema is not None else ours.get("schema", "public")
         table = table if table is not None else ours.get("table", DEFAULT_TABLE)
         _check_name("schema", schema, MAX_SCHEMA_NAME)
         _check_name("table", table, MAX_TABLE_NAME)
         min_conns = min_size if min_size is not None else int(ours.get("min_size", 1))
-        max_conns = max_size if max_size is not None else int(ours.get("max_size", 10))
-        # autocommit: a single-statement read is one round trip; writes open explicit transactions.
-        kwargs: dict[str, Any] = {"autocommit": True}
-        if not any(k == "connect_timeout" for k, _ in libpq):
-            kwargs["connect_timeout"] = 5  # libpq waits forever by default
-        pool: ConnectionPool[Connection] = ConnectionPool(
+        pool = make_pool(
             conninfo,
-            kwargs=kwargs,
             min_size=min_conns,
-            max_size=max(max_conns, min_conns),
-            # Bounds the wait for a healthy connection; the Store's retry policy governs the rest.
-            timeout=pool_timeout
+            max_size=max_size if max_size is not None else int(ours.get("max_size", 10)),
+            pool_timeout=pool_timeout
             if pool_timeout is not None
             else float(ours.get("pool_timeout", 5)),
-            check=_check_connection,
-            open=False,
-            name="agent-checkpoint",
+            read_timeout=read_timeout_option(
+                read_timeout if read_timeout is not None else ours.get("read_timeout")
+            ),
         )
-        pool.open(wait=False)
         return cls(pool, schema=schema, table=table, owns_pool=True)
 
     # -- schema --------------------------------------------------------------------------
@@ -252,7 +253,8 @@ class PostgresBackend:
     def setup(self) -> None:
         """Create the schema, the table and everything else ``MIGRATIONS`` lists; idempotent,
         and brings a store made by an older library up to date."""
-        with self._connection("setup") as conn:
+        # no read timeout: building an index on a big table may take minutes
+        with self._connection("setup") as conn, unbounded(conn):
             migrate(conn, self.schema, self.table, MIGRATIONS, self._names)
 
     # -- records -------------------------------------------------------------------------
@@ -508,19 +510,6 @@ def _render(statement: sql.Composable) -> bytes:
     (its placeholders, the prepared statement), while a ``Composed`` is rendered again on
     every execution (0.04 ms for the append statement)."""
     return statement.as_bytes(None)
-
-
-def _check_connection(conn: Connection) -> None:
-    """The pool's check of a connection before handing it out, without a round trip when it
-    can tell: an idle, healthy session has nothing to read, while one the server or the network
-    reset (or the server is shutting down) has an error or end-of-file waiting on its socket,
-    and only then is it probed (and discarded when the probe fails). A session whose peer
-    vanished silently fails at its next use, as a transient fault the Store retries."""
-    if conn.closed:
-        raise psycopg.OperationalError("the connection is closed")
-    readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    if readable:
-        ConnectionPool.check_connection(conn)
 
 
 def _check_name(what: str, value: str, limit: int) -> None:

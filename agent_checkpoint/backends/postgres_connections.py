@@ -1,0 +1,175 @@
+"""PostgreSQL connections: the pool ``PostgresBackend.from_url`` builds, the connection class
+that bounds every wait for the server (``read_timeout``), and the pool's health check.
+
+libpq waits for a reply forever: a server that stopped answering (a network that drops
+packets, a stalled host, a statement queued behind a lock an idle session holds) would hang
+the agent that checkpoints. ``TimedConnection`` ends every wait after ``read_timeout``
+seconds: it asks the server to cancel the statement, so nothing it sent applies later, closes
+the session, and raises an ``OperationalError`` that the Store retries and finally reports as
+``BackendUnavailableError``. Whether a write that timed out applied is unknown, as after any
+lost reply; the Store's retry settles it.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.abc import PQGen
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
+
+from ..errors import InvalidKeyError
+
+__all__ = [
+    "DEFAULT_READ_TIMEOUT",
+    "ReadTimeoutError",
+    "TimedConnection",
+    "make_pool",
+    "read_timeout_option",
+    "split_url",
+    "unbounded",
+]
+
+RV = TypeVar("RV")
+
+DEFAULT_READ_TIMEOUT = 20.0
+"""Seconds a statement may wait for the server's reply; ``read_timeout=0`` waits forever."""
+
+URL_OPTIONS = ("schema", "table", "min_size", "max_size", "pool_timeout", "read_timeout")
+
+_CANCEL_WAIT = 2.0  # a server that answers nothing will not answer a cancel request either
+
+
+class ReadTimeoutError(psycopg.OperationalError):
+    """The server sent no complete reply within the connection's ``read_timeout``."""
+
+
+class TimedConnection(psycopg.Connection[TupleRow]):
+    """A psycopg connection whose every wait for the server ends after ``read_timeout``
+    seconds (``None``: no limit). Pass ``connection_class=TimedConnection`` and a
+    ``configure`` that sets ``read_timeout`` to a pool of your own to get the same bound."""
+
+    read_timeout: float | None = None
+
+    def wait(
+        self,
+        gen: PQGen[RV],
+        interval: float = 0.1,  # psycopg's own: how often a wait checks for Ctrl-C
+        timeout: float | None = None,
+    ) -> RV:
+        limit = self.read_timeout if timeout is None else timeout
+        if limit is None or timeout is not None:
+            return super().wait(gen, interval, timeout)
+        started = time.monotonic()
+        try:
+            return super().wait(gen, interval, limit)
+        except psycopg.OperationalError as exc:
+            if time.monotonic() - started < limit:
+                raise
+            self._abandon()
+            raise ReadTimeoutError(
+                f"no reply from the server within {limit:g} s (read_timeout); the statement "
+                "was cancelled and the session closed"
+            ) from exc
+
+    def _abandon(self) -> None:
+        """Cancel what the session was running (a statement queued on a lock would otherwise
+        apply once the lock is free) and close it, so no one reads its late reply."""
+        try:
+            if psycopg.capabilities.has_cancel_safe():
+                self.cancel_safe(timeout=_CANCEL_WAIT)
+        except psycopg.Error:
+            pass  # unreachable server: closing is all that is left
+        finally:
+            self.close()
+
+
+@contextmanager
+def unbounded(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """No read timeout on ``conn`` while the block runs."""
+    if not isinstance(conn, TimedConnection):
+        yield
+        return
+    bound, conn.read_timeout = conn.read_timeout, None
+    try:
+        yield
+    finally:
+        conn.read_timeout = bound
+
+
+def split_url(url: str) -> tuple[str, dict[str, str]]:
+    """A PostgreSQL URL as (conninfo for libpq, this library's options): the options
+    ``URL_OPTIONS`` names are ours, every other query parameter goes to libpq."""
+    parts = urlsplit(url)
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    ours = {k: v for k, v in params if k in URL_OPTIONS}
+    libpq = [(k, v) for k, v in params if k not in URL_OPTIONS]
+    if not any(k == "connect_timeout" for k, _ in libpq):
+        libpq.append(("connect_timeout", "5"))  # libpq waits forever by default
+    # quote, not quote_plus: libpq reads '+' literally (options=-c%20name%3Dvalue).
+    return urlunsplit(parts._replace(query=urlencode(libpq, quote_via=quote))), ours
+
+
+def make_pool(
+    conninfo: str,
+    *,
+    min_size: int,
+    max_size: int,
+    pool_timeout: float,
+    read_timeout: float | None,
+) -> ConnectionPool[TimedConnection]:
+    """An opening pool of ``TimedConnection`` sessions in autocommit (a single-statement read
+    is one round trip; writes open explicit transactions)."""
+
+    def configure(conn: TimedConnection) -> None:
+        conn.read_timeout = read_timeout
+
+    pool: ConnectionPool[TimedConnection] = ConnectionPool(
+        conninfo,
+        connection_class=TimedConnection,
+        kwargs={"autocommit": True},
+        min_size=min_size,
+        max_size=max(max_size, min_size),
+        # Bounds the wait for a healthy connection; the Store's retry policy governs the rest.
+        timeout=pool_timeout,
+        configure=configure,
+        check=check_connection,
+        open=False,
+        name="agent-checkpoint",
+    )
+    pool.open(wait=False)
+    return pool
+
+
+def read_timeout_option(value: str | float | None) -> float | None:
+    """``read_timeout`` from a URL or a keyword: seconds, ``0`` for no limit."""
+    if value is None:
+        return DEFAULT_READ_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise InvalidKeyError(
+            f"postgres read_timeout must be seconds >= 0 (0: no limit), not {value!r}"
+        )
+    return seconds or None
+
+
+def check_connection(conn: Any) -> None:
+    """The pool's check of a connection before handing it out, without a round trip when it
+    can tell: an idle, healthy session has nothing to read, while one the server or the network
+    reset (or the server is shutting down) has an error or end-of-file waiting on its socket,
+    and only then is it probed (and discarded when the probe fails). A session whose peer
+    vanished silently fails at its next use, as a transient fault the Store retries."""
+    if conn.closed:
+        raise psycopg.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        ConnectionPool.check_connection(conn)
