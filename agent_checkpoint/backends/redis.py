@@ -1,7 +1,7 @@
 """Redis backend on redis-py: plain Redis 6+, no modules, atomic through Lua scripts.
 
-Layout, for prefix ``P`` (all keys share the hash tag ``{P}``, so one store is one cluster slot;
-shard across nodes with several prefixes):
+Layout (encoded by ``redis_layout.py``), for prefix ``P`` (all keys share the hash tag ``{P}``,
+so one store is one cluster slot; shard across nodes with several prefixes):
 
 - ``{P}:r:<key>``: hash of one record: its summary fields and its index positions, plus either
   ``body`` (a whole record) or, for a record stored in segments (``segments.py``), ``head``,
@@ -23,9 +23,7 @@ MULTI/EXEC of HMGET and LRANGE. A put and a get are one round trip each.
 
 from __future__ import annotations
 
-import threading
 import uuid
-import warnings
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
@@ -36,7 +34,7 @@ from redis._parsers.encoders import Encoder
 from redis.backoff import NoBackoff
 from redis.connection import PythonRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError, RedisError, ResponseError, TryAgainError
+from redis.exceptions import ReadOnlyError, RedisError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -47,30 +45,33 @@ from ..errors import (
     UnsupportedOperationError,
 )
 from .base import Query, Record, Summary, is_after, matches, translate_errors
+from .redis_durability import DurabilityCheck, VolatileRedisWarning
+from .redis_layout import (
+    FIELDS,
+    LOADED,
+    SAVED_AT_LIMIT,
+    bounds,
+    candidate_indexes,
+    newest,
+    oldest,
+    opt,
+    page_filter,
+    summary_of,
+)
 from .redis_scripts import DROP, PAGE, WRITE
 from .segments import Split, assemble
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend", "VolatileRedisWarning"]
 
 DEFAULT_PREFIX = "agent-checkpoint"
-OFFSET = 10**16
-SAVED_AT_LIMIT = 10**15
-"""``saved_at`` values this layout can order, in either direction from the epoch."""
-WIDTH = 17
 MAX_BATCH = 2000
 
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, TryAgainError, ReadOnlyError)
-FIELDS = ("run", "at", "own", "agent", "phase", "iter", "msgs", "size", "rev")
 STAGE_BYTES = 64 * 1024
 """A segment this large is written by a plain RPUSH to a staging list that the write script
 renames into place: passed to Lua as an argument, 1.3 MB costs ~1.8 ms more than the write."""
 STAGE_TTL_MS = 600_000
 """How long a staging list outlives a writer that died before its script ran."""
-LOADED = ["body", "head", "segs", *FIELDS]
-
-
-class VolatileRedisWarning(RuntimeWarning):
-    """The Redis server keeps no data on disk: a restart loses every checkpoint."""
 
 
 class RedisBackend:
@@ -103,8 +104,7 @@ class RedisBackend:
         self._write = client.register_script(WRITE)
         self._drop = client.register_script(DROP)
         self._page = client.register_script(PAGE)
-        self._checked = False
-        self._check_lock = threading.Lock()
+        self._durability = DurabilityCheck(client, prefix)
         self._siblings: dict[str, RedisBackend] = {}
 
     @classmethod
@@ -154,12 +154,12 @@ class RedisBackend:
                 body = assemble(head, segments)
         if body is None:
             return None
-        return Record(_summary(key, row[3:]), body)
+        return Record(summary_of(key, row[3:]), body)
 
     def head(self, key: str) -> Summary | None:
         with self._errors("head"):
             row: list[Any] = self._client.hmget(self._record_key(key), list(FIELDS))
-        return None if row[-1] is None else _summary(key, row)
+        return None if row[-1] is None else summary_of(key, row)
 
     def save(
         self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
@@ -222,15 +222,15 @@ class RedisBackend:
             "1" if create_only else "0",
             "" if revision is None else str(revision),
             body,
-            _newest(s.saved_at),
-            _oldest(s.saved_at),
-            _opt(s.owner),
-            _opt(s.agent_id),
-            _opt(s.failure_phase),
+            newest(s.saved_at),
+            oldest(s.saved_at),
+            opt(s.owner),
+            opt(s.agent_id),
+            opt(s.failure_phase),
             s.run_id,
             str(s.saved_at),
             str(s.message_count),
-            _opt(None if s.failure_iteration is None else str(s.failure_iteration)),
+            opt(None if s.failure_iteration is None else str(s.failure_iteration)),
             str(self.ttl_ms),
         ]
 
@@ -288,7 +288,7 @@ class RedisBackend:
 
     def scan(self, query: Query) -> list[Summary]:
         index = self._choose_index(query)
-        low, high = _bounds(query)
+        low, high = bounds(query)
         # Filters the index does not apply drop entries: each further batch is twice as large.
         batch = min(query.limit, MAX_BATCH)
         out: list[Summary] = []
@@ -296,7 +296,7 @@ class RedisBackend:
             with self._errors("scan"):
                 last, removed, rows = self._read_batch(index, low, high, batch)
             for row in rows:
-                summary = _summary(row[0].decode(), row[1:])
+                summary = summary_of(row[0].decode(), row[1:])
                 if is_after(summary, query) and matches(summary, query):
                     out.append(summary)
                     if len(out) >= query.limit:
@@ -328,7 +328,7 @@ class RedisBackend:
         if sibling is None:
             # Same client; its own hash tag, so it never shows in this store's indexes.
             sibling = RedisBackend(self._client, prefix=f"{self.prefix}:{name}", ttl=None)
-            sibling._checked = True
+            sibling._durability.checked = True
             self._siblings[name] = sibling
         return sibling
 
@@ -347,51 +347,14 @@ class RedisBackend:
         return [self._base + "r:" + key, self._base + "s:" + key]
 
     def _errors(self, operation: str) -> AbstractContextManager[None]:
-        self._check_durability()
+        self._durability()
         return translate_errors(self.name, operation, transient=TRANSIENT, fatal=(RedisError,))
-
-    def _check_durability(self) -> None:
-        if self._checked:
-            return
-        with self._check_lock:
-            if self._checked:
-                return
-            try:
-                pipe = self._client.pipeline(transaction=False)  # one round trip
-                pipe.config_get("appendonly")
-                pipe.config_get("save")
-                replies = pipe.execute()
-                appendonly, save = replies[0].get("appendonly"), replies[1].get("save")
-            except ResponseError:
-                self._checked = True  # CONFIG renamed or denied (managed Redis): cannot tell
-                return
-            except RedisError:
-                return  # unreachable now: the operation itself will report it
-            self._checked = True
-            if appendonly == "no" and save == "":
-                warnings.warn(
-                    f"the Redis server behind store prefix {self.prefix!r} keeps no data on disk "
-                    "(appendonly no, save ''): a restart loses every checkpoint; enable AOF "
-                    "(appendonly yes)",
-                    VolatileRedisWarning,
-                    stacklevel=3,
-                )
 
     def _choose_index(self, query: Query) -> str:
         """The most selective index for the query's filters (ZCARD decides between several)."""
-        if query.oldest_first:
-            return self._base + "old"
-        candidates = []
-        if query.owner is not None:
-            candidates.append(self._base + "o:" + query.owner)
-        if query.agent_id is not None:
-            candidates.append(self._base + "a:" + query.agent_id)
-        if query.phase is not None:
-            candidates.append(self._base + "p:" + query.phase)
-        elif query.failed:
-            candidates.append(self._base + "f")
+        candidates = candidate_indexes(self._base, query)
         if len(candidates) < 2:
-            return candidates[0] if candidates else self._base + "new"
+            return candidates[0]
         with self._errors("scan"):
             pipe = self._client.pipeline(transaction=False)
             for name in candidates:
@@ -402,74 +365,6 @@ class RedisBackend:
     def _read_batch(
         self, index: str, low: bytes, high: bytes, count: int
     ) -> tuple[bytes | None, int, list[list[Any]]]:
-        position = "so" if index == self._base + "old" else "sn"
-        kind, _, value = index[len(self._base) :].partition(":")
-        column, wanted = {"o": (4, "=" + value), "a": (5, "=" + value), "p": (6, "=" + value)}.get(
-            kind, (6, "") if kind == "f" else (0, "")
-        )
+        position, column, wanted = page_filter(self._base, index)
         reply = self._page([index], [self._base, low, high, count, position, column, wanted])
         return reply[0], int(reply[1]), reply[2:]
-
-
-def _newest(saved_at: int) -> str:
-    return f"{OFFSET - 1 - saved_at:0{WIDTH}d}"
-
-
-def _oldest(saved_at: int) -> str:
-    return f"{saved_at + OFFSET:0{WIDTH}d}"
-
-
-def _clamp(value: int) -> int:
-    # Stored values lie within ±SAVED_AT_LIMIT; clamping bounds just outside keeps every
-    # comparison's outcome and the encodings 17 digits wide.
-    return max(-SAVED_AT_LIMIT - 2, min(SAVED_AT_LIMIT + 2, value))
-
-
-def _bounds(query: Query) -> tuple[bytes, bytes]:
-    """ZRANGEBYLEX min and max for the query's time window and keyset position."""
-    lows: list[tuple[str, bool]] = []  # (bound, exclusive)
-    high = "+"
-    before = None if query.saved_before is None else _clamp(query.saved_before)
-    since = None if query.saved_since is None else _clamp(query.saved_since)
-    if query.oldest_first:
-        if since is not None:
-            lows.append((_oldest(since), False))
-        if before is not None:
-            high = "(" + _oldest(before)
-        if query.after is not None:
-            lows.append((_oldest(_clamp(query.after[0])) + ":" + query.after[1], True))
-    else:
-        if before is not None:
-            lows.append((_newest(before - 1), False))
-        if since is not None:
-            high = "(" + _newest(since - 1)
-        if query.after is not None:
-            lows.append((_newest(_clamp(query.after[0])) + ":" + query.after[1], True))
-    if not lows:
-        return b"-", high.encode()
-    bound, exclusive = max(lows, key=lambda b: (b[0].encode(), b[1]))
-    return ("(" if exclusive else "[").encode() + bound.encode(), high.encode()
-
-
-def _opt(value: str | None) -> str:
-    return "" if value is None else "=" + value
-
-
-def _summary(key: str, row: list[Any]) -> Summary:
-    run, at, own, agent, phase, iteration, msgs, size, rev = row
-
-    def text(value: bytes | None) -> str | None:
-        return None if value is None else value.decode()
-
-    return Summary(
-        key=key,
-        run_id=run.decode(),
-        saved_at=int(at),
-        owner=text(own),
-        agent_id=text(agent),
-        failure_phase=text(phase),
-        failure_iteration=None if iteration is None else int(iteration),
-        message_count=int(msgs),
-        size=int(size),
-        revision=int(rev),
-    )
