@@ -129,7 +129,7 @@ def test_verify_reports_unreadable_records_and_repairs_the_index(
     assert code == EXIT["invalid"] and report["unreadable"] == ["k2"] and report["checked"] == 5
     bad.unlink()
     with open_store(url) as store:
-        store.backend._db().execute("DELETE FROM summaries WHERE key = 'k4'")  # type: ignore[attr-defined]
+        store.backend._index.db().execute("DELETE FROM summaries WHERE key = 'k4'")  # type: ignore[attr-defined]
     code, out, _ = run(capsys, "verify", "--store", url)
     assert (
         code == EXIT["invalid"]

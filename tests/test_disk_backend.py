@@ -68,8 +68,8 @@ def test_a_write_interrupted_before_indexing_is_reconciled(tmp_path: Path) -> No
     store = Store(backend)
     store.put(stamped(checkpoint("r1"), 100), key="k")
     # What a writer killed between the rename and the index update leaves behind:
-    backend._db().execute("INSERT INTO pending (key) VALUES ('k')")
-    backend._db().execute("UPDATE summaries SET revision = 0, saved_at = 1 WHERE key = 'k'")
+    backend._index.db().execute("INSERT INTO pending (key) VALUES ('k')")
+    backend._index.db().execute("UPDATE summaries SET revision = 0, saved_at = 1 WHERE key = 'k'")
     [summary] = store.list().items
     assert (summary.revision, summary.saved_at) == (1, 100)
     store.close()

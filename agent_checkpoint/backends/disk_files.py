@@ -1,0 +1,195 @@
+"""The disk backend's files (``disk.py`` locks and indexes them): the record file format, a
+JSON header line then the stored bytes, and the data files a growing history appends to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import threading
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .base import Record, Summary
+from .segments import GAP, assemble
+
+__all__ = ["RecordFiles", "Split", "file_name", "header_line", "parse_record"]
+
+_SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
+
+
+def file_name(key: str) -> str:
+    """A file name no key can escape the folder with: a readable, percent-encoded prefix and a
+    hash of the whole key, so long keys and keys differing only by case stay distinct."""
+    readable = urllib.parse.quote(key, safe=_SAFE)[:120]
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+    return f"{readable}~{digest}"
+
+
+def header_line(summary: Summary, split: dict[str, Any] | None = None) -> bytes:
+    fields: dict[str, Any] = {
+        "key": summary.key,
+        "runId": summary.run_id,
+        "savedAt": summary.saved_at,
+        "owner": summary.owner,
+        "agentId": summary.agent_id,
+        "failurePhase": summary.failure_phase,
+        "failureIteration": summary.failure_iteration,
+        "messageCount": summary.message_count,
+        "revision": summary.revision,
+    }
+    if split is not None:
+        fields["split"] = split
+    return orjson.dumps(fields)
+
+
+Split = dict[str, Any]
+"""A split record's header part: generation, segment count, digest, assembled size, and the
+committed length of the generation's data file (``len``; absent in the older layout of one
+file per segment, ``<generation>-<index>``, which is still read, and rewritten on the next
+put)."""
+
+
+def parse_record(key: str, data: bytes) -> tuple[Record, Split | None]:
+    """The record in a file's bytes (for a split record, its head) and its split header. A file
+    whose header does not parse is still returned, whole, so the codec reports it unreadable
+    rather than absent."""
+    head, sep, body = data.partition(b"\n")
+    try:
+        h: dict[str, Any] = orjson.loads(head) if sep else {}
+        split = h.get("split")
+        summary = Summary(
+            key=h["key"],
+            run_id=h["runId"],
+            saved_at=h["savedAt"],
+            owner=h["owner"],
+            agent_id=h["agentId"],
+            failure_phase=h["failurePhase"],
+            failure_iteration=h["failureIteration"],
+            message_count=h["messageCount"],
+            size=split["size"] if split else len(body),
+            revision=h["revision"],
+        )
+    except (orjson.JSONDecodeError, TypeError, KeyError):
+        return Record(Summary(key, "", 0, None, None, None, None, 0, len(data), 0), data), None
+    return Record(summary, body), split
+
+
+class RecordFiles:
+    """The ``records/`` and ``segments/`` folders under a disk store's root. The caller holds
+    the key's lock around every write."""
+
+    def __init__(self, root: Path, *, fsync: bool) -> None:
+        self.records = root / "records"
+        self.segments = root / "segments"
+        self.fsync = fsync
+
+    def path(self, key: str) -> Path:
+        return self.records / file_name(key)
+
+    def read(self, key: str) -> tuple[Record, Split | None] | None:
+        try:
+            data = self.path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        return parse_record(key, data)
+
+    def assembled(self, record: Record, split: Split | None) -> Record | None:
+        """The record with its history put back; ``None`` if its data file is gone (a full
+        write replaced it since the record file was read: read again)."""
+        if split is None:
+            return record
+        folder = self.segments / file_name(record.key)
+        try:
+            if "len" not in split:  # the older layout: one file per segment
+                segments = [
+                    (folder / f"{split['gen']}-{i}").read_bytes() for i in range(split["segs"])
+                ]
+                return Record(record.summary, assemble(record.body, segments))
+            with open(folder / str(split["gen"]), "rb") as f:
+                data = f.read(split["len"])
+        except FileNotFoundError:
+            return None
+        if len(data) < split["len"]:
+            return record  # a truncated data file: the head alone reads as unreadable
+        before, _, after = record.body.partition(GAP)
+        return Record(record.summary, before + data + after)
+
+    def load(self, key: str) -> Record | None:
+        found = self.read(key)
+        while found is not None:
+            record = self.assembled(*found)
+            if record is not None:
+                return record
+            again = self.read(key)
+            if again is not None and again[1] == found[1]:
+                return found[0]  # the record still refers to it: lost, so it reads unreadable
+            found = again  # a full write replaced the data file between the two reads
+        return None
+
+    def write(self, key: str, header: bytes, body: bytes) -> None:
+        """Replace the record file atomically: temp file, fsync, rename, folder fsync."""
+        target = self.path(key)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(header + b"\n" + body)
+                f.flush()
+                if self.fsync:
+                    os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self.fsync_dir(self.records)
+
+    def write_data(self, key: str, gen: int, data: bytes) -> None:
+        """Create generation ``gen``'s data file holding ``data``, durably."""
+        folder = self.segments / file_name(key)
+        if not folder.is_dir():
+            folder.mkdir(exist_ok=True)
+            self.fsync_dir(self.segments)
+        with open(folder / str(gen), "wb") as f:
+            f.write(data)
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+        self.fsync_dir(folder)
+
+    def extend_data(self, key: str, gen: int, at: int, data: bytes) -> None:
+        """Write ``data`` at byte ``at`` of a data file, over any torn tail an interrupted
+        append left past the committed length, and make it durable."""
+        fd = os.open(self.segments / file_name(key) / str(gen), os.O_WRONLY)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.pwrite(fd, view, at)
+                view, at = view[written:], at + written
+            if self.fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def prune_segments(self, key: str, keep_gen: int | None) -> None:
+        """Remove segment files no record file refers to (older generations, or all)."""
+        folder = self.segments / file_name(key)
+        if not folder.exists():
+            return
+        for path in folder.iterdir():
+            if keep_gen is None or path.name.split("-", 1)[0] != str(keep_gen):
+                path.unlink(missing_ok=True)
+        if keep_gen is None:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+    def fsync_dir(self, folder: Path) -> None:
+        if self.fsync:
+            fd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
