@@ -2,7 +2,8 @@
 
 Default keys, revisions, owner write-once, paged listing with a keyset cursor, retention and
 retries live here once, so every backend behaves the same (the conformance suite in
-``agent_checkpoint.testing`` proves it per backend).
+``agent_checkpoint.testing`` proves it per backend). How a put reaches the backend is in
+``store_writes.py``; the values the Store takes and returns are in ``store_types.py``.
 """
 
 from __future__ import annotations
@@ -10,37 +11,34 @@ from __future__ import annotations
 import builtins
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
-from tenacity import (
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_random_exponential,
-)
-
 from .appender import Appender
 from .backends import open_backend
 from .backends.base import Backend, Query, Record, Summary
-from .backends.segments import Appending, Split
+from .backends.segments import Appending
 from .claims import Claim, LeaseInfo, live_leases
-from .codec import Codec, Digest
+from .codec import Codec
 from .container import Compression, Keyring, Sealer
 from .envelope import PAUSED_RUN, Envelope, conversation_of, to_envelope, validate_envelope
-from .errors import (
-    BackendUnavailableError,
-    ConflictError,
-    InvalidKeyError,
-    RecordTooLargeError,
-    WriteOutcomeUnknownError,
-)
+from .errors import ConflictError, InvalidKeyError
 from .migrations import DEFAULT as DEFAULT_MIGRATIONS
 from .migrations import Migrations
 from .model import Json, RunCheckpoint, now_ms
+from .store_types import (
+    MAX_KEY_LENGTH,
+    MAX_PAGE,
+    Forgotten,
+    Page,
+    RetryPolicy,
+    check_key,
+    decode_cursor,
+    encode_cursor,
+    to_epoch_ms,
+)
+from .store_writes import put_appending, summary_for, write
 
 __all__ = [
     "DEFAULT_STORE_PATH",
@@ -56,83 +54,9 @@ __all__ = [
 
 STORE_ENV = "AGENT_CHECKPOINT_STORE"
 DEFAULT_STORE_PATH = ".agent-checkpoints"
-MAX_KEY_LENGTH = 1024
-"""Longest key, in characters, any backend accepts."""
-MAX_PAGE = 10_000
 
 T = TypeVar("T")
 Putable = RunCheckpoint | Envelope | Mapping[str, Json]
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Bounded exponential backoff with full jitter around transient backend faults."""
-
-    attempts: int = 6
-    initial: float = 0.05
-    maximum: float = 2.0
-    deadline: float = 15.0
-
-    def retrying(self) -> Retrying:
-        return Retrying(
-            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.deadline),
-            wait=wait_random_exponential(multiplier=self.initial, max=self.maximum),
-            retry=retry_if_exception_type(BackendUnavailableError),
-            reraise=True,
-        )
-
-
-NO_RETRY = RetryPolicy(attempts=1)
-
-
-@dataclass(frozen=True)
-class Page:
-    """One page of summaries; pass ``cursor`` back for the next, ``None`` when there is none."""
-
-    items: list[Summary]
-    cursor: str | None
-
-    def __iter__(self) -> Iterator[Summary]:
-        return iter(self.items)
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-
-@dataclass(frozen=True)
-class Forgotten:
-    forgotten: int
-    more: bool
-
-
-def check_key(key: Any) -> str:
-    """A key any backend can hold: a non-empty printable string of at most ``MAX_KEY_LENGTH``."""
-    if not isinstance(key, str) or not key:
-        raise InvalidKeyError(f"a key must be a non-empty string, got {key!r}")
-    if len(key) > MAX_KEY_LENGTH:
-        raise InvalidKeyError(f"key is {len(key)} characters; the limit is {MAX_KEY_LENGTH}")
-    if not key.isprintable():
-        raise InvalidKeyError(f"key {key!r} holds a control or non-printable character")
-    return key
-
-
-def encode_cursor(summary: Summary) -> str:
-    return f"{summary.saved_at}:{summary.key}"
-
-
-def decode_cursor(cursor: str) -> tuple[int, str]:
-    saved, sep, key = cursor.partition(":")
-    if not sep or not saved.isdigit() or not key:
-        raise InvalidKeyError(f"invalid cursor {cursor[:80]!r}: expected '<savedAt>:<key>'")
-    return int(saved), key
-
-
-def to_epoch_ms(moment: datetime | int | float) -> int:
-    if isinstance(moment, datetime):
-        if moment.tzinfo is None:
-            raise ValueError("a naive datetime is ambiguous; give one with a timezone")
-        return int(moment.timestamp() * 1000)
-    return int(moment)
 
 
 class Store:
@@ -203,65 +127,10 @@ class Store:
             and not self.codec.sealer.active
         ):
             assert isinstance(envelope, Envelope)
-            return self._put_appending(item, key, envelope.saved_at, if_revision, create_only)
+            return put_appending(self, item, key, envelope.saved_at, if_revision, create_only)
         body, digest = self.codec.encode(envelope, key)
         record = Record(summary_for(key, digest, len(body)), body)
         return self.put_record(record, if_revision=if_revision, create_only=create_only)
-
-    def _put_appending(
-        self,
-        checkpoint: RunCheckpoint,
-        key: str,
-        saved_at: int,
-        if_revision: int | None,
-        create_only: bool,
-    ) -> Summary:
-        """Write only the messages past the last history written under ``key`` when the new
-        history extends it (see ``appender.py``); otherwise a full write, split for later."""
-        backend = self._appending
-        assert backend is not None
-        tail = None if create_only else self._appender.tail(key)
-        if tail is not None and if_revision is not None and tail.revision != if_revision:
-            tail = None
-        encoded = self._appender.encode(checkpoint, saved_at, tail)
-        base = encoded.extends
-        attempts = 0
-        try:
-            if base is not None:
-                self._check_size(key, encoded.size)
-                summary = summary_for(key, encoded.digest, encoded.size)
-
-                def append() -> Summary | None:
-                    nonlocal attempts
-                    attempts += 1
-                    done = backend.append(
-                        summary, encoded.split, base_revision=base.revision, base_digest=base.digest
-                    )
-                    if done is None and attempts > 1:
-                        # An earlier attempt may have landed before its reply was lost.
-                        stored = backend.load(key)
-                        whole = self._appender.encode(checkpoint, saved_at, None).body()
-                        if stored is not None and stored.body == whole:
-                            return stored.summary
-                    return done
-
-                landed = self.call(append)
-                if landed is not None:
-                    self._appender.landed(key, checkpoint, encoded, landed)
-                    return landed
-                encoded = self._appender.encode(checkpoint, saved_at, None)
-            # A split write stores the head and the segment; the assembled bytes are built
-            # only if a retry must compare them with what landed.
-            record = Record(summary_for(key, encoded.digest, encoded.size), b"")
-            uncertain = base is not None and attempts > 1
-            landed = self._save(
-                record, if_revision, create_only, encoded.split, uncertain, whole=encoded.body
-            )
-        except BaseException:
-            self._appender.forget(key)
-            raise
-        self._appender.landed(key, checkpoint, encoded, landed)
-        return landed
 
     def put_record(
         self, record: Record, *, if_revision: int | None = None, create_only: bool = False
@@ -269,60 +138,7 @@ class Store:
         """Store already-encoded bytes (``copy`` and ``migrate`` use this)."""
         check_key(record.key)
         self._appender.forget(record.key)
-        return self._save(record, if_revision, create_only, None)
-
-    def _check_size(self, key: str, size: int) -> None:
-        if self.max_record_bytes is not None and size > self.max_record_bytes:
-            raise RecordTooLargeError(
-                f"record {key!r} is {size} bytes; this store's limit is {self.max_record_bytes}"
-            )
-
-    def _save(
-        self,
-        record: Record,
-        if_revision: int | None,
-        create_only: bool,
-        split: Split | None,
-        uncertain: bool = False,
-        whole: Callable[[], bytes] | None = None,
-    ) -> Summary:
-        """One write under the retry policy. ``uncertain``: an earlier write of this put may
-        already have landed (its reply was lost). ``whole``: the assembled bytes of a split
-        write (whose ``record.body`` is empty)."""
-        self._check_size(record.key, record.summary.size if whole else len(record.body))
-        backend = self.backend
-        attempts = 0
-
-        def save() -> Summary:
-            nonlocal attempts
-            attempts += 1
-            try:
-                if split is not None and self._appending is not None:
-                    return self._appending.save_split(
-                        record, split, expect_revision=if_revision, create_only=create_only
-                    )
-                return backend.save(record, expect_revision=if_revision, create_only=create_only)
-            except ConflictError:
-                if attempts > 1:
-                    # The reply to an earlier attempt may have been lost after it landed.
-                    stored = backend.load(record.key)
-                    if stored is not None and stored.body == (whole() if whole else record.body):
-                        return stored.summary
-                raise
-
-        try:
-            return self.call(save)
-        except ConflictError as exc:
-            if attempts > 1 or uncertain:
-                raise WriteOutcomeUnknownError(
-                    f"{backend.name} put failed: the write to {record.key!r} may have landed: "
-                    "its reply was lost, and the "
-                    f"record changed before the retry could tell ({exc}). Read it back before "
-                    "writing again.",
-                    backend=backend.name,
-                    operation="put",
-                ) from exc
-            raise
+        return write(self, record, if_revision, create_only, None)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -488,23 +304,6 @@ class Store:
             with attempt:
                 return fn()
         raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
-
-
-def summary_for(key: str, digest: Digest, size: int) -> Summary:
-    """The summary a new record of ``size`` bytes under ``key`` is stored with (revision 0:
-    the backend assigns it)."""
-    return Summary(
-        key=key,
-        run_id=digest.run_id,
-        saved_at=digest.saved_at,
-        owner=digest.owner,
-        agent_id=digest.agent_id,
-        failure_phase=digest.failure_phase,
-        failure_iteration=digest.failure_iteration,
-        message_count=digest.message_count,
-        size=size,
-        revision=0,
-    )
 
 
 def default_key(envelope: Mapping[str, Any]) -> str:

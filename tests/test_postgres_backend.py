@@ -36,7 +36,7 @@ from agent_checkpoint.errors import (
     UnreadableEnvelopeError,
 )
 from agent_checkpoint.model import Message, RunCheckpoint
-from agent_checkpoint.store import NO_RETRY
+from agent_checkpoint.store_types import NO_RETRY
 from agent_checkpoint.testing import (
     AppendingConformance,
     ClaimsConformance,

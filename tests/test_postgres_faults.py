@@ -20,7 +20,8 @@ from agent_checkpoint import Store, open_store
 from agent_checkpoint.backends.postgres import LEDGER
 from agent_checkpoint.backends.postgres_connections import ReadTimeoutError
 from agent_checkpoint.errors import BackendUnavailableError, InvalidKeyError
-from agent_checkpoint.store import NO_RETRY, RetryPolicy
+from agent_checkpoint.store import RetryPolicy
+from agent_checkpoint.store_types import NO_RETRY
 from agent_checkpoint.testing import checkpoint
 
 SMALL_BUDGET = RetryPolicy(attempts=2, initial=0.01, maximum=0.05, deadline=5)

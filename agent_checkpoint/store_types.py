@@ -1,0 +1,110 @@
+"""The values the ``Store`` takes and returns, and the checks of what callers pass it: the retry
+policy, a page of summaries and its keyset cursor, the outcome of a retention pass, keys and
+moments in time (``store.py`` holds the Store itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from .backends.base import Summary
+from .errors import BackendUnavailableError, InvalidKeyError
+
+__all__ = [
+    "MAX_KEY_LENGTH",
+    "MAX_PAGE",
+    "NO_RETRY",
+    "Forgotten",
+    "Page",
+    "RetryPolicy",
+    "check_key",
+    "decode_cursor",
+    "encode_cursor",
+    "to_epoch_ms",
+]
+
+MAX_KEY_LENGTH = 1024
+"""Longest key, in characters, any backend accepts."""
+MAX_PAGE = 10_000
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential backoff with full jitter around transient backend faults."""
+
+    attempts: int = 6
+    initial: float = 0.05
+    maximum: float = 2.0
+    deadline: float = 15.0
+
+    def retrying(self) -> Retrying:
+        return Retrying(
+            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.deadline),
+            wait=wait_random_exponential(multiplier=self.initial, max=self.maximum),
+            retry=retry_if_exception_type(BackendUnavailableError),
+            reraise=True,
+        )
+
+
+NO_RETRY = RetryPolicy(attempts=1)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of summaries; pass ``cursor`` back for the next, ``None`` when there is none."""
+
+    items: list[Summary]
+    cursor: str | None
+
+    def __iter__(self) -> Iterator[Summary]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    forgotten: int
+    more: bool
+
+
+def check_key(key: Any) -> str:
+    """A key any backend can hold: a non-empty printable string of at most ``MAX_KEY_LENGTH``."""
+    if not isinstance(key, str) or not key:
+        raise InvalidKeyError(f"a key must be a non-empty string, got {key!r}")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidKeyError(f"key is {len(key)} characters; the limit is {MAX_KEY_LENGTH}")
+    if not key.isprintable():
+        raise InvalidKeyError(f"key {key!r} holds a control or non-printable character")
+    return key
+
+
+def encode_cursor(summary: Summary) -> str:
+    return f"{summary.saved_at}:{summary.key}"
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    saved, sep, key = cursor.partition(":")
+    if not sep or not saved.isdigit() or not key:
+        raise InvalidKeyError(f"invalid cursor {cursor[:80]!r}: expected '<savedAt>:<key>'")
+    return int(saved), key
+
+
+def to_epoch_ms(moment: datetime | int | float) -> int:
+    if isinstance(moment, datetime):
+        if moment.tzinfo is None:
+            raise ValueError("a naive datetime is ambiguous; give one with a timezone")
+        return int(moment.timestamp() * 1000)
+    return int(moment)
