@@ -15,10 +15,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
-from .appender import Appender
 from .backends import open_backend
 from .backends.base import Backend, Query, Record, Summary
-from .backends.segments import Appending
 from .claims import Claim, LeaseInfo, live_leases
 from .codec import Codec
 from .container import Compression, Keyring, Sealer
@@ -38,7 +36,7 @@ from .store_types import (
     encode_cursor,
     to_epoch_ms,
 )
-from .store_writes import put_appending, summary_for, write
+from .store_writes import Writer, summary_for
 
 __all__ = [
     "DEFAULT_STORE_PATH",
@@ -84,11 +82,18 @@ class Store:
         self.backend = backend
         self.codec = codec or Codec()
         self.retry = retry or RetryPolicy()
-        self.max_record_bytes = max_record_bytes
         self._clock = clock
-        self._appender = Appender()
-        # Checked once: a runtime-checkable Protocol's isinstance costs ~10 us a put.
-        self._appending = backend if isinstance(backend, Appending) else None
+        self._writer = Writer(backend, self.call, max_record_bytes)
+        self._appender = self._writer.appender
+
+    @property
+    def max_record_bytes(self) -> int | None:
+        """A put of a bigger record raises ``RecordTooLargeError``; ``None``: no limit."""
+        return self._writer.max_record_bytes
+
+    @max_record_bytes.setter
+    def max_record_bytes(self, limit: int | None) -> None:
+        self._writer.max_record_bytes = limit
 
     # -- writing -------------------------------------------------------------------------
 
@@ -123,11 +128,13 @@ class Store:
         check_key(key)
         if (
             isinstance(item, RunCheckpoint)
-            and self._appending is not None
+            and self._writer.appending is not None
             and not self.codec.sealer.active
         ):
             assert isinstance(envelope, Envelope)
-            return put_appending(self, item, key, envelope.saved_at, if_revision, create_only)
+            return self._writer.put_appending(
+                item, key, envelope.saved_at, if_revision, create_only
+            )
         body, digest = self.codec.encode(envelope, key)
         record = Record(summary_for(key, digest, len(body)), body)
         return self.put_record(record, if_revision=if_revision, create_only=create_only)
@@ -138,7 +145,7 @@ class Store:
         """Store already-encoded bytes (``copy`` and ``migrate`` use this)."""
         check_key(record.key)
         self._appender.forget(record.key)
-        return write(self, record, if_revision, create_only, None)
+        return self._writer.write(record, if_revision, create_only, None)
 
     # -- reading -------------------------------------------------------------------------
 

@@ -7,18 +7,24 @@ retried write whose first attempt landed recognised as landed, not reported as a
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
-from .backends.base import Record, Summary
-from .backends.segments import Split
+from .appender import Appender
+from .backends.base import Backend, Record, Summary
+from .backends.segments import Appending, Split
 from .codec import Digest
 from .errors import ConflictError, RecordTooLargeError, WriteOutcomeUnknownError
 from .model import RunCheckpoint
 
-if TYPE_CHECKING:
-    from .store import Store
+__all__ = ["Caller", "Writer", "summary_for"]
 
-__all__ = ["check_size", "put_appending", "summary_for", "write"]
+T = TypeVar("T")
+
+
+class Caller(Protocol):
+    """Runs a backend operation under the Store's retry policy (``Store.call``)."""
+
+    def __call__(self, fn: Callable[[], T], /) -> T: ...
 
 
 def summary_for(key: str, digest: Digest, size: int) -> Summary:
@@ -38,112 +44,121 @@ def summary_for(key: str, digest: Digest, size: int) -> Summary:
     )
 
 
-def check_size(store: Store, key: str, size: int) -> None:
-    if store.max_record_bytes is not None and size > store.max_record_bytes:
-        raise RecordTooLargeError(
-            f"record {key!r} is {size} bytes; this store's limit is {store.max_record_bytes}"
-        )
+class Writer:
+    """How the Store's puts reach its backend (one per Store)."""
 
+    def __init__(self, backend: Backend, call: Caller, max_record_bytes: int | None) -> None:
+        self.backend = backend
+        # Checked once: a runtime-checkable Protocol's isinstance costs ~10 us a put.
+        self.appending = backend if isinstance(backend, Appending) else None
+        self.appender = Appender()
+        self.max_record_bytes = max_record_bytes
+        self._call = call
 
-def put_appending(
-    store: Store,
-    checkpoint: RunCheckpoint,
-    key: str,
-    saved_at: int,
-    if_revision: int | None,
-    create_only: bool,
-) -> Summary:
-    """Write only the messages past the last history written under ``key`` when the new
-    history extends it (see ``appender.py``); otherwise a full write, split for later."""
-    backend = store._appending
-    assert backend is not None
-    tail = None if create_only else store._appender.tail(key)
-    if tail is not None and if_revision is not None and tail.revision != if_revision:
-        tail = None
-    encoded = store._appender.encode(checkpoint, saved_at, tail)
-    base = encoded.extends
-    attempts = 0
-    try:
-        if base is not None:
-            check_size(store, key, encoded.size)
-            summary = summary_for(key, encoded.digest, encoded.size)
+    def check_size(self, key: str, size: int) -> None:
+        if self.max_record_bytes is not None and size > self.max_record_bytes:
+            raise RecordTooLargeError(
+                f"record {key!r} is {size} bytes; this store's limit is {self.max_record_bytes}"
+            )
 
-            def append() -> Summary | None:
-                nonlocal attempts
-                attempts += 1
-                done = backend.append(
-                    summary, encoded.split, base_revision=base.revision, base_digest=base.digest
-                )
-                if done is None and attempts > 1:
-                    # An earlier attempt may have landed before its reply was lost.
-                    stored = backend.load(key)
-                    whole = store._appender.encode(checkpoint, saved_at, None).body()
-                    if stored is not None and stored.body == whole:
-                        return stored.summary
-                return done
-
-            landed = store.call(append)
-            if landed is not None:
-                store._appender.landed(key, checkpoint, encoded, landed)
-                return landed
-            encoded = store._appender.encode(checkpoint, saved_at, None)
-        # A split write stores the head and the segment; the assembled bytes are built
-        # only if a retry must compare them with what landed.
-        record = Record(summary_for(key, encoded.digest, encoded.size), b"")
-        uncertain = base is not None and attempts > 1
-        landed = write(
-            store, record, if_revision, create_only, encoded.split, uncertain, whole=encoded.body
-        )
-    except BaseException:
-        store._appender.forget(key)
-        raise
-    store._appender.landed(key, checkpoint, encoded, landed)
-    return landed
-
-
-def write(
-    store: Store,
-    record: Record,
-    if_revision: int | None,
-    create_only: bool,
-    split: Split | None,
-    uncertain: bool = False,
-    whole: Callable[[], bytes] | None = None,
-) -> Summary:
-    """One write under the retry policy. ``uncertain``: an earlier write of this put may
-    already have landed (its reply was lost). ``whole``: the assembled bytes of a split
-    write (whose ``record.body`` is empty)."""
-    check_size(store, record.key, record.summary.size if whole else len(record.body))
-    backend = store.backend
-    attempts = 0
-
-    def save() -> Summary:
-        nonlocal attempts
-        attempts += 1
+    def put_appending(
+        self,
+        checkpoint: RunCheckpoint,
+        key: str,
+        saved_at: int,
+        if_revision: int | None,
+        create_only: bool,
+    ) -> Summary:
+        """Write only the messages past the last history written under ``key`` when the new
+        history extends it (see ``appender.py``); otherwise a full write, split for later."""
+        backend = self.appending
+        assert backend is not None
+        tail = None if create_only else self.appender.tail(key)
+        if tail is not None and if_revision is not None and tail.revision != if_revision:
+            tail = None
+        encoded = self.appender.encode(checkpoint, saved_at, tail)
+        base = encoded.extends
+        attempts = 0
         try:
-            if split is not None and store._appending is not None:
-                return store._appending.save_split(
-                    record, split, expect_revision=if_revision, create_only=create_only
-                )
-            return backend.save(record, expect_revision=if_revision, create_only=create_only)
-        except ConflictError:
-            if attempts > 1:
-                # The reply to an earlier attempt may have been lost after it landed.
-                stored = backend.load(record.key)
-                if stored is not None and stored.body == (whole() if whole else record.body):
-                    return stored.summary
-            raise
+            if base is not None:
+                self.check_size(key, encoded.size)
+                summary = summary_for(key, encoded.digest, encoded.size)
 
-    try:
-        return store.call(save)
-    except ConflictError as exc:
-        if attempts > 1 or uncertain:
-            raise WriteOutcomeUnknownError(
-                f"{backend.name} put failed: the write to {record.key!r} may have landed: "
-                "its reply was lost, and the "
-                f"record changed before the retry could tell ({exc}). Read it back before "
-                "writing again.",
-                backend=backend.name,
-                operation="put",
-            ) from exc
-        raise
+                def append() -> Summary | None:
+                    nonlocal attempts
+                    attempts += 1
+                    done = backend.append(
+                        summary, encoded.split, base_revision=base.revision, base_digest=base.digest
+                    )
+                    if done is None and attempts > 1:
+                        # An earlier attempt may have landed before its reply was lost.
+                        stored = backend.load(key)
+                        whole = self.appender.encode(checkpoint, saved_at, None).body()
+                        if stored is not None and stored.body == whole:
+                            return stored.summary
+                    return done
+
+                landed = self._call(append)
+                if landed is not None:
+                    self.appender.landed(key, checkpoint, encoded, landed)
+                    return landed
+                encoded = self.appender.encode(checkpoint, saved_at, None)
+            # A split write stores the head and the segment; the assembled bytes are built
+            # only if a retry must compare them with what landed.
+            record = Record(summary_for(key, encoded.digest, encoded.size), b"")
+            uncertain = base is not None and attempts > 1
+            landed = self.write(
+                record, if_revision, create_only, encoded.split, uncertain, whole=encoded.body
+            )
+        except BaseException:
+            self.appender.forget(key)
+            raise
+        self.appender.landed(key, checkpoint, encoded, landed)
+        return landed
+
+    def write(
+        self,
+        record: Record,
+        if_revision: int | None,
+        create_only: bool,
+        split: Split | None,
+        uncertain: bool = False,
+        whole: Callable[[], bytes] | None = None,
+    ) -> Summary:
+        """One write under the retry policy. ``uncertain``: an earlier write of this put may
+        already have landed (its reply was lost). ``whole``: the assembled bytes of a split
+        write (whose ``record.body`` is empty)."""
+        self.check_size(record.key, record.summary.size if whole else len(record.body))
+        backend = self.backend
+        attempts = 0
+
+        def save() -> Summary:
+            nonlocal attempts
+            attempts += 1
+            try:
+                if split is not None and self.appending is not None:
+                    return self.appending.save_split(
+                        record, split, expect_revision=if_revision, create_only=create_only
+                    )
+                return backend.save(record, expect_revision=if_revision, create_only=create_only)
+            except ConflictError:
+                if attempts > 1:
+                    # The reply to an earlier attempt may have been lost after it landed.
+                    stored = backend.load(record.key)
+                    if stored is not None and stored.body == (whole() if whole else record.body):
+                        return stored.summary
+                raise
+
+        try:
+            return self._call(save)
+        except ConflictError as exc:
+            if attempts > 1 or uncertain:
+                raise WriteOutcomeUnknownError(
+                    f"{backend.name} put failed: the write to {record.key!r} may have landed: "
+                    "its reply was lost, and the "
+                    f"record changed before the retry could tell ({exc}). Read it back before "
+                    "writing again.",
+                    backend=backend.name,
+                    operation="put",
+                ) from exc
+            raise
