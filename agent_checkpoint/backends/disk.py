@@ -52,7 +52,6 @@ class DiskBackend:
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self.root = Path(root)
-        self.fsync = fsync
         self._files = RecordFiles(self.root, fsync=fsync)
         self._locks = self.root / "locks"
         try:
@@ -71,6 +70,15 @@ class DiskBackend:
         self._index = SummaryIndex(self.root / "index.sqlite3")
         if fresh and any(self._files.records.iterdir()):
             self.rebuild_index()
+
+    @property
+    def fsync(self) -> bool:
+        """Whether writes are fsynced (``False`` trades crash safety for speed, for tests)."""
+        return self._files.fsync
+
+    @fsync.setter
+    def fsync(self, value: bool) -> None:
+        self._files.fsync = value
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> DiskBackend:
