@@ -26,6 +26,7 @@ from agent_checkpoint import Store, open_store
 from agent_checkpoint.backends import postgres
 from agent_checkpoint.backends.base import Query, Record, Summary
 from agent_checkpoint.backends.postgres import LEDGER, MIGRATIONS, PostgresBackend
+from agent_checkpoint.backends.postgres_sql import scan_statement
 from agent_checkpoint.backends.segments import Appending, Split, assemble, chain
 from agent_checkpoint.errors import (
     BackendError,
@@ -249,7 +250,7 @@ class TestListingAtScale:
     ) -> None:
         store, _ = big
         assert isinstance(store.backend, PostgresBackend)
-        statement, params = store.backend._scan_statement(query)
+        statement, params = scan_statement(query, store.backend._sql)
         plan = "\n".join(
             row[0] for row in admin.execute(sql.SQL("EXPLAIN ") + statement, params).fetchall()
         )

@@ -10,6 +10,9 @@ digest and segment count in ``digest`` and ``segments``, and its history segment
 is one statement, a conditional ``UPDATE`` of the record row plus the write of the segment
 (merging the record's segment rows into one first once it holds ``max_segments``), so it
 applies atomically or not at all.
+
+The statements are composed in ``postgres_sql.py``; the pool, the URL options and the read
+timeout of every connection are in ``postgres_connections.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from dataclasses import replace
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.errors import TransactionRollback, UndefinedColumn, UndefinedTable
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
@@ -44,6 +46,7 @@ from .postgres_schema import (
     migrate,
     object_names,
 )
+from .postgres_sql import COLUMNS, scan_statement, statements
 from .segments import Split, assemble, plan_split
 
 __all__ = [
@@ -63,19 +66,6 @@ Connection = psycopg.Connection[TupleRow]
 # OperationalError subclasses; every other driver error is a bug or a misconfiguration.
 TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, PoolTimeout)
 FATAL: tuple[type[BaseException], ...] = (psycopg.Error,)
-
-_COLUMNS = (
-    "key",
-    "run_id",
-    "saved_at",
-    "owner",
-    "agent_id",
-    "failure_phase",
-    "failure_iteration",
-    "message_count",
-    "size",
-    "revision",
-)
 
 
 class PostgresBackend:
@@ -104,114 +94,7 @@ class PostgresBackend:
         self._siblings: dict[str, PostgresBackend] = {}
         self._siblings_lock = threading.Lock()
         self._names = object_names(schema, table)
-        t, segs = self._names["table"], self._names["segments"]
-        cols = sql.SQL(", ").join(map(sql.Identifier, _COLUMNS))
-        self._cols = cols
-        self._head = _render(sql.SQL("SELECT {} FROM {} WHERE key = %s").format(cols, t))
-        self._lock_row = _render(
-            sql.SQL("SELECT {}, segments FROM {} WHERE key = %s FOR UPDATE").format(cols, t)
-        )
-        # One statement, so one snapshot: the head and its segments always belong together.
-        self._load = _render(
-            sql.SQL(
-                "SELECT {}, body, head, segments, CASE WHEN octet_length(t.body) > 0 THEN NULL "
-                "ELSE ARRAY(SELECT s.data FROM {} s WHERE s.key = t.key ORDER BY s.seq) END "
-                "FROM {} t WHERE t.key = %s"
-            ).format(cols, segs, t)
-        )
-        written = (*_COLUMNS[1:], "body", "head", "digest", "segments")
-        self._insert = _render(
-            sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (key) DO NOTHING").format(
-                t,
-                sql.SQL(", ").join(map(sql.Identifier, ("key", *written))),
-                sql.SQL(", ").join([sql.Placeholder()] * (len(written) + 1)),
-            )
-        )
-        self._update = _render(
-            sql.SQL("UPDATE {} SET ({}) = ({}) WHERE key = %s").format(
-                t,
-                sql.SQL(", ").join(map(sql.Identifier, written)),
-                sql.SQL(", ").join([sql.Placeholder()] * len(written)),
-            )
-        )
-        self._clear_segments = _render(sql.SQL("DELETE FROM {} WHERE key = %s").format(segs))
-        self._add_segment = _render(
-            sql.SQL("INSERT INTO {} (key, seq, data) VALUES (%s, 0, %s)").format(segs)
-        )
-        # The whole append, checks included, as one statement, so one commit. ``state`` reads
-        # the record and its last segment row in the statement's snapshot and picks what to do
-        # with the new segment:
-        #   skip:  it is empty, so it is not stored (``assemble`` skips empty segments);
-        #   join:  the last segment row stays under ``chunk_bytes`` with it, so it is joined
-        #          onto that row (a heap-only update, whose old version the page reclaims by
-        #          itself), which makes rows big enough for the server to compress;
-        #   merge: the record holds ``max_segments`` rows: they become one row (seq 0), joined
-        #          as ``assemble`` joins them, and the new segment row follows (seq 1);
-        #   add:   a new row at seq ``segments``.
-        # The UPDATE's WHERE is the compare-and-swap, re-checked on the newest row version under
-        # its row lock, so it applies only when the row (and with it every segment row, which
-        # changes only with it) is still the one the snapshot read. In a merge every row
-        # ``added`` inserts is joined to ``merged``, an aggregate over all of ``gone``, so the
-        # old rows are deleted before the new ones reuse their seqs.
-        self._append = _render(
-            sql.SQL(
-                """WITH state AS (
-                    SELECT CASE
-                        WHEN %(segment_size)s = 0 THEN 'skip'
-                        WHEN octet_length(last.data) + 1 + %(segment_size)s <= %(chunk_bytes)s
-                            THEN 'join'
-                        WHEN t.segments >= %(max_segments)s THEN 'merge'
-                        ELSE 'add' END AS mode
-                    FROM {t} t LEFT JOIN {segs} last ON last.key = t.key AND last.seq = t.segments - 1
-                    WHERE t.key = %(key)s
-                ), grown AS (
-                    UPDATE {t} SET run_id = %(run_id)s, saved_at = %(saved_at)s,
-                        owner = COALESCE(owner, %(owner)s::text), agent_id = %(agent_id)s,
-                        failure_phase = %(failure_phase)s,
-                        failure_iteration = %(failure_iteration)s,
-                        message_count = %(message_count)s, size = %(size)s,
-                        revision = revision + 1, head = %(head)s, digest = %(digest)s,
-                        segments = CASE state.mode WHEN 'merge' THEN 2 WHEN 'add' THEN segments + 1
-                            ELSE segments END
-                    FROM state
-                    WHERE key = %(key)s AND revision = %(base_revision)s
-                        AND digest = %(base_digest)s AND octet_length(body) = 0
-                        AND (owner IS NULL OR %(owner)s::text IS NULL OR owner = %(owner)s::text)
-                        AND (state.mode <> 'merge'
-                            OR segments = (SELECT count(*) FROM {segs} WHERE key = %(key)s))
-                    RETURNING key, segments - 1 AS seq, state.mode, revision, owner
-                ), joined AS (
-                    UPDATE {segs} SET data = CASE WHEN octet_length(data) = 0 THEN %(segment)s
-                        ELSE data || ','::bytea || %(segment)s END
-                    WHERE key = %(key)s AND seq = (SELECT seq FROM grown WHERE mode = 'join')
-                ), gone AS (
-                    DELETE FROM {segs} WHERE key = (SELECT key FROM grown WHERE mode = 'merge')
-                    RETURNING seq, data
-                ), merged AS (
-                    SELECT string_agg(data, ','::bytea ORDER BY seq)
-                        FILTER (WHERE octet_length(data) > 0) AS data
-                    FROM gone
-                ), added AS (
-                    INSERT INTO {segs} (key, seq, data)
-                    SELECT g.key, 0, COALESCE(m.data, ''::bytea) FROM grown g, merged m
-                    WHERE g.mode = 'merge'
-                    UNION ALL
-                    SELECT g.key, g.seq, %(segment)s FROM grown g, merged m
-                    WHERE g.mode IN ('add', 'merge')
-                )
-                SELECT revision, owner FROM grown"""
-            ).format(t=t, segs=segs)
-        )
-        self._split_state = _render(
-            sql.SQL(
-                "SELECT revision, digest, segments, owner FROM {} WHERE key = %s "
-                "AND octet_length(body) = 0"
-            ).format(t)
-        )
-        delete = sql.SQL("DELETE FROM {} WHERE key = %s").format(t)
-        self._delete = _render(delete)
-        self._delete_at = _render(delete + sql.SQL(" AND revision = %s"))
-        self._revision = _render(sql.SQL("SELECT revision FROM {} WHERE key = %s").format(t))
+        self._sql = statements(self._names)
 
     @classmethod
     def from_url(
@@ -261,10 +144,10 @@ class PostgresBackend:
 
     def load(self, key: str) -> Record | None:
         with self._connection("load") as conn:
-            row = conn.execute(self._load, (key,), binary=True).fetchone()
+            row = conn.execute(self._sql.load, (key,), binary=True).fetchone()
         if row is None:
             return None
-        n = len(_COLUMNS)
+        n = len(COLUMNS)
         body, head, count, segments = bytes(row[n]), row[n + 1], row[n + 2], row[n + 3]
         if not body and head is not None:
             if count is not None and segments is not None and len(segments) == count:
@@ -275,7 +158,7 @@ class PostgresBackend:
 
     def head(self, key: str) -> Summary | None:
         with self._connection("head") as conn:
-            row = conn.execute(self._head, (key,)).fetchone()
+            row = conn.execute(self._sql.head, (key,)).fetchone()
         return None if row is None else Summary(*row)
 
     def save(
@@ -304,7 +187,7 @@ class PostgresBackend:
             # Two rounds: an INSERT that meets a key created since our read (ON CONFLICT DO
             # NOTHING waits for the creator to commit) reads it again, now locked.
             for _ in range(2):
-                row = conn.execute(self._lock_row, (key,)).fetchone()
+                row = conn.execute(self._sql.lock_row, (key,)).fetchone()
                 current = None if row is None else Summary(*row[:-1])
                 summary = (plan_save if split is None else plan_split)(
                     current, record, expect_revision=expect_revision, create_only=create_only
@@ -323,12 +206,12 @@ class PostgresBackend:
                 )
                 if current is not None:
                     if row is not None and row[-1] is not None:
-                        conn.execute(self._clear_segments, (key,))
-                    conn.execute(self._update, (*values, key))
-                elif conn.execute(self._insert, (key, *values)).rowcount != 1:
+                        conn.execute(self._sql.clear_segments, (key,))
+                    conn.execute(self._sql.update, (*values, key))
+                elif conn.execute(self._sql.insert, (key, *values)).rowcount != 1:
                     continue
                 if split is not None:
-                    conn.execute(self._add_segment, (key, split.segment))
+                    conn.execute(self._sql.add_segment, (key, split.segment))
                 return summary
         raise ConflictError(
             f"key {key!r} was created and deleted by others while this write ran; "
@@ -359,11 +242,11 @@ class PostgresBackend:
             "chunk_bytes": self.chunk_bytes,
         }
         with self._connection("append") as conn:
-            row = conn.execute(self._append, params).fetchone()
+            row = conn.execute(self._sql.append, params).fetchone()
             if row is not None:
                 return replace(summary, revision=row[0], owner=row[1])
             # Nothing changed. Say why only when the owner alone refused it, as save would.
-            state = conn.execute(self._split_state, (summary.key,)).fetchone()
+            state = conn.execute(self._sql.split_state, (summary.key,)).fetchone()
         if state is not None and state[:2] == (base_revision, base_digest):
             resolve_owner(summary.key, state[3], summary.owner)  # raises: it was the owner
         return None
@@ -371,10 +254,10 @@ class PostgresBackend:
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         with self._connection("drop") as conn:
             if expect_revision is None:
-                return conn.execute(self._delete, (key,)).rowcount == 1
-            if conn.execute(self._delete_at, (key, expect_revision)).rowcount == 1:
+                return conn.execute(self._sql.delete, (key,)).rowcount == 1
+            if conn.execute(self._sql.delete_at, (key, expect_revision)).rowcount == 1:
                 return True
-            row = conn.execute(self._revision, (key,)).fetchone()
+            row = conn.execute(self._sql.revision, (key,)).fetchone()
         shown = "does not exist" if row is None else f"is at revision {row[0]}"
         raise ConflictError(
             f"key {key!r} {shown}, not revision {expect_revision}; nothing was deleted",
@@ -386,48 +269,10 @@ class PostgresBackend:
     def scan(self, query: Query) -> list[Summary]:
         if any("\x00" in v for v in (query.owner, query.agent_id, query.phase) if v):
             return []  # PostgreSQL text cannot hold NUL, so no stored value matches
-        statement, params = self._scan_statement(query)
+        statement, params = scan_statement(query, self._sql)
         with self._connection("scan") as conn:
             rows = conn.execute(statement, params).fetchall()
         return [Summary(*row) for row in rows]
-
-    def _scan_statement(self, query: Query) -> tuple[sql.Composed, list[Any]]:
-        where: list[sql.Composable] = []
-        params: list[Any] = []
-
-        def when(clause: str, *values: Any) -> None:
-            where.append(sql.SQL(clause))
-            params.extend(values)
-
-        if query.owner is not None:
-            when("owner = %s", query.owner)
-        if query.agent_id is not None:
-            when("agent_id = %s", query.agent_id)
-        if query.failed is not None:
-            when("failure_phase IS NOT NULL" if query.failed else "failure_phase IS NULL")
-        if query.phase is not None:
-            when("failure_phase = %s", query.phase)
-        if query.saved_before is not None:
-            when("saved_at < %s", query.saved_before)
-        if query.saved_since is not None:
-            when("saved_at >= %s", query.saved_since)
-        if query.after is not None:
-            saved, key = query.after
-            if query.oldest_first:
-                when("(saved_at, key) > (%s, %s)", saved, key)
-            else:
-                # Mixed directions rule out a row comparison; the redundant bound lets the
-                # index scan start at the cursor instead of filtering from the top.
-                when("saved_at <= %s AND (saved_at < %s OR key > %s)", saved, saved, key)
-        order = "saved_at, key" if query.oldest_first else "saved_at DESC, key"
-        statement = sql.SQL("SELECT {} FROM {} {} ORDER BY {} LIMIT %s").format(
-            self._cols,
-            self._names["table"],
-            sql.SQL("WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""),
-            sql.SQL(order),
-        )
-        params.append(query.limit)
-        return statement, params
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -503,13 +348,6 @@ class PostgresBackend:
                     backend=self.name,
                     operation=operation,
                 ) from exc
-
-
-def _render(statement: sql.Composable) -> bytes:
-    """A statement as bytes, composed once: psycopg caches what it derives from a bytes query
-    (its placeholders, the prepared statement), while a ``Composed`` is rendered again on
-    every execution (0.04 ms for the append statement)."""
-    return statement.as_bytes(None)
 
 
 def _check_name(what: str, value: str, limit: int) -> None:
