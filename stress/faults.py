@@ -7,8 +7,8 @@ Per backend the campaign starts a throwaway server where it can (``redis-server`
 small ``RetryPolicy`` and short client timeouts, while the fault schedule cycles through:
 
 - ``latency``: 30 ms added to every chunk, both ways;
-- ``blackhole``: connections accepted, nothing forwarded (client read timeouts fire; psycopg has
-  no read timeout, so PostgreSQL stalls until the fault heals and then completes);
+- ``blackhole``: connections accepted, nothing forwarded (client read timeouts fire: Redis's
+  ``socket_timeout``, boto3's and PostgreSQL's ``read_timeout``);
 - ``refuse``: live connections reset, new ones refused, shorter than the retry budget;
 - ``reset``: every live connection reset (RST), five times;
 - ``cut``: live connections reset, and each new one cut after a random 1-4000 bytes;
@@ -232,7 +232,11 @@ def _postgres_rig() -> Iterator[Rig]:
 
         def open_writer() -> Store:
             return open_store(
-                proxied, retry=budget.policy, max_size=THREADS + 2, pool_timeout=budget.timeout
+                proxied,
+                retry=budget.policy,
+                max_size=THREADS + 2,
+                pool_timeout=budget.timeout,
+                read_timeout=budget.timeout,
             )
 
         def restart(n: int) -> str:
