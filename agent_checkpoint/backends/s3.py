@@ -14,56 +14,33 @@ only under ``expect_revision``.
 
 ``verify(repair=True)`` leaves entries younger than ``grace`` seconds alone: they may belong
 to a save in flight, whose entry is written before its record.
+
+The backend's reads are in ``s3_reads.py``, its writes and deletes in ``s3_writes.py``, its
+client, bucket check and error translation in ``s3_bucket.py``.
 """
 
 from __future__ import annotations
 
-import base64
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager, suppress
-from datetime import datetime, timedelta, timezone
-from email.utils import parsedate_to_datetime
-from typing import Any, TypeVar
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-import boto3
-import orjson
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError
-from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import ClientError
 
-from ..errors import BackendError, BackendUnavailableError, ConflictError, InvalidKeyError
-from .base import Query, Record, Summary, plan_save, translate_errors
-from .objects import PEEK, Current, Entry, ObjectLayout, key_name, segments_of
-from .s3_writes import (
-    RACES,
-    Known,
-    RecentSegments,
-    Write,
-    error_code,
-    error_status,
-    lost_race,
-    missing,
-)
-from .segments import Split, assemble, merge, merge_start, plan_append, plan_split
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-PAGE = 1000
-TRANSIENT = (BotoConnectionError, HTTPClientError, IncompleteReadError)
-THROTTLED = frozenset(
-    {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestLimitExceeded"}
-    | {"TooManyRequests", "ServiceUnavailable", "InternalError"}
-)
-REMEMBERED = 256
-"""Keys whose last write a backend object remembers (header and ETag), to append without a read."""
+from ..errors import ConflictError, InvalidKeyError
+from .base import Query, Record, Summary, plan_save
+from .objects import key_name
+from .s3_bucket import PAGE
+from .s3_reads import S3Reads
+from .s3_writes import RACES, Known, RecentSegments, S3Cleanup, Write, lost_race
+from .segments import Split, merge, merge_start, plan_append, plan_split
 
 
-class S3Backend(ObjectLayout):
+class S3Backend(S3Reads, S3Cleanup):
     name = "s3"
     conditional_writes_across_processes = True
     max_segments = 32
@@ -129,19 +106,7 @@ class S3Backend(ObjectLayout):
         if client is not None:
             return cls(client, parts.netloc, parts.path, create_bucket=create_bucket, region=region)
         endpoint_url = endpoint_url or params.get("endpoint_url")
-        config = Config(
-            # the Store's retry policy governs; botocore's own retries would hide faults
-            retries={"mode": "standard", "total_max_attempts": 1},
-            connect_timeout=5,
-            read_timeout=20,  # losing conditional racers may wait seconds for their 412
-            max_pool_connections=32,
-            s3={"addressing_style": "path"} if endpoint_url else None,
-        )
-        with translate_errors(cls.name, "open", transient=TRANSIENT, fatal=(BotoCoreError,)):
-            session = boto3.session.Session(profile_name=profile or params.get("profile"))
-            made = session.client(
-                "s3", endpoint_url=endpoint_url, region_name=region, config=config
-            )
+        made = cls._connect(endpoint_url, region, profile or params.get("profile"))
         return cls(made, parts.netloc, parts.path, create_bucket=create_bucket, region=region,
                    owns_client=True)  # fmt: skip
 
@@ -360,15 +325,6 @@ class S3Backend(ObjectLayout):
                 self._siblings[name] = sibling
             return sibling
 
-    def flush(self) -> None:
-        """Wait for the deletes that earlier writes left to the background (the index entries
-        and segments a commit superseded, a lost attempt's uploads); ``close`` waits too."""
-        with self._lock:
-            pending, siblings = list(self._cleaning), list(self._siblings.values())
-        wait(pending)
-        for sibling in siblings:
-            sibling.flush()
-
     def close(self) -> None:
         with self._lock:
             if self._closed:
@@ -383,260 +339,3 @@ class S3Backend(ObjectLayout):
                 pool.shutdown(wait=True)
         if self._owns:
             self.client.close()
-
-    # -- internals -----------------------------------------------------------------------
-
-    def _load(self, name: str, operation: str) -> Record | None:
-        path = self._records + name
-        for _ in range(RACES):
-            with self._translate(operation):
-                try:
-                    response = self.client.get_object(Bucket=self.bucket, Key=path)
-                    data = response["Body"].read()
-                except ClientError as exc:
-                    if missing(exc):
-                        return None
-                    raise
-            fields, body = self._split(data, path, operation)
-            record = Record(self._current(fields, name, operation).summary, body)
-            segs = segments_of(fields)
-            if segs is None:
-                return record
-            parts = self._map(lambda seg: self._get_segment(name, seg[0], operation), segs,
-                              self._segment_pool())  # fmt: skip
-            if all(part is not None for part in parts):
-                return Record(record.summary, assemble(body, [p for p in parts if p is not None]))
-            # A segment is gone: a write that replaced this record since deletes the segments
-            # it no longer refers to. If the record is still the one read, it was lost: the
-            # head alone does not decode, so the record reads as unreadable, not as absent.
-            again = self._known(name, operation)
-            if again is not None and again.etag == response["ETag"].strip('"'):
-                return record
-        raise BackendError(
-            f"{self.name} record {name!r} changed under {RACES} attempts to read it",
-            backend=self.name,
-            operation=operation,
-        )
-
-    def _get_segment(self, name: str, sid: str, operation: str) -> bytes | None:
-        with self._translate(operation):
-            try:
-                response = self.client.get_object(Bucket=self.bucket,
-                                                  Key=self._segment_path(name, sid))  # fmt: skip
-                data: bytes = response["Body"].read()
-            except ClientError as exc:
-                if missing(exc):
-                    return None
-                raise
-        return data
-
-    def _fetch(self, name: str, operation: str) -> Current | None:
-        """The record's summary, token and ETag: from its metadata, else from its header."""
-        known = self._known(name, operation)
-        if known is None:
-            return None
-        return self._current(known.fields, name, operation, known.etag)
-
-    def _known(self, name: str, operation: str, segments: bool = False) -> Known | None:
-        """The record's header fields and ETag: from its metadata (one HEAD), else (or, with
-        ``segments``, for a split record) from its header."""
-        path = self._records + name
-        with self._translate(operation):
-            try:
-                response = self.client.head_object(Bucket=self.bucket, Key=path)
-            except ClientError as exc:
-                if missing(exc):
-                    return None
-                raise
-        packed = response.get("Metadata", {}).get("ac")
-        if packed is not None:
-            fields = orjson.loads(base64.urlsafe_b64decode(packed))
-            if not (segments and "seg" in fields):
-                return Known(fields, response["ETag"].strip('"'))
-        return self._read_header(name, operation)
-
-    def _read_header(self, name: str, operation: str) -> Known | None:
-        """The record's header and ETag, read from the object itself: usually one ranged GET."""
-        path = self._records + name
-        with self._translate(operation):
-            try:
-                response = self.client.get_object(Bucket=self.bucket, Key=path,
-                                                  Range=f"bytes=0-{PEEK - 1}")  # fmt: skip
-                data = response["Body"].read()
-                if b"\n" not in data and len(data) >= PEEK:
-                    response = self.client.get_object(Bucket=self.bucket, Key=path)
-                    data = response["Body"].read()
-            except ClientError as exc:
-                if missing(exc):
-                    return None
-                raise
-        return Known(self._split(data, path, operation)[0], response["ETag"].strip('"'))
-
-    def _remember(self, name: str, known: Known) -> None:
-        with self._lock:
-            self._remembered[name] = known
-            self._remembered.move_to_end(name)
-            while len(self._remembered) > REMEMBERED:
-                self._remembered.popitem(last=False)
-
-    def _recall(self, name: str) -> Known | None:
-        with self._lock:
-            return self._remembered.get(name)
-
-    def _forget_known(self, name: str) -> None:
-        with self._lock:
-            self._remembered.pop(name, None)
-
-    def _fetch_many(self, names: Sequence[str], operation: str) -> list[Current | None]:
-        return self._map(lambda name: self._fetch(name, operation), names)
-
-    def _entries(self, start: str) -> Iterator[Entry]:
-        start_after = self._index + start
-        while True:
-            with self._translate("scan"):
-                response = self.client.list_objects_v2(
-                    Bucket=self.bucket, Prefix=self._index, StartAfter=start_after, MaxKeys=PAGE
-                )
-            contents = response.get("Contents", [])
-            for item in contents:
-                entry = self._parse(item["Key"][len(self._index) :])
-                if entry is not None:
-                    yield entry
-            if not contents or not response.get("IsTruncated"):
-                return
-            start_after = contents[-1]["Key"]
-
-    def _list_all(self, prefix: str) -> tuple[list[tuple[str, datetime]], datetime]:
-        """Every object under ``prefix`` with its LastModified, and the server's clock."""
-        found: list[tuple[str, datetime]] = []
-        now = datetime.now(timezone.utc)
-        with self._translate("verify"):
-            paginator = self.client.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
-                date = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
-                now = parsedate_to_datetime(date) if date else now
-                found.extend(
-                    (item["Key"], item["LastModified"]) for item in page.get("Contents", [])
-                )
-        return found, now
-
-    def _forget(self, paths: Sequence[str]) -> None:
-        """Delete objects no record refers to any more (index entries and segments a commit
-        superseded, or a lost attempt's uploads) on a background thread, so that the write
-        returns without waiting for it: one round trip less on every put that replaces a
-        record. Best effort: listing skips a leftover entry (its token is not the record's),
-        no record refers to a leftover segment, and ``verify(repair=True)`` removes both."""
-        if not paths:
-            return
-        paths = list(paths)
-        self._recent.discard(paths)
-        done: Future[None] | None = None
-        with self._lock:
-            if not self._closed:
-                if self._janitor is None:
-                    self._janitor = ThreadPoolExecutor(
-                        1, thread_name_prefix="agent-checkpoint-s3-cleanup"
-                    )
-                done = self._janitor.submit(self._delete_quietly, paths)
-                self._cleaning.add(done)
-        if done is None:  # closed: nothing runs in the background any more
-            self._delete_quietly(paths)
-        else:
-            done.add_done_callback(self._cleaned)  # outside the lock: it may run right here
-
-    def _cleaned(self, done: Future[None]) -> None:
-        with self._lock:
-            self._cleaning.discard(done)
-
-    def _delete_quietly(self, paths: Sequence[str]) -> None:
-        with suppress(ClientError, BotoCoreError):
-            self._delete_many(paths)
-
-    def _delete_many(self, paths: Sequence[str]) -> None:
-        if len(paths) == 1:
-            self.client.delete_object(Bucket=self.bucket, Key=paths[0])
-        elif paths:
-            objects = [{"Key": path} for path in paths]
-            self.client.delete_objects(
-                Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True}
-            )
-
-    def _map(
-        self, fn: Callable[[T], R], items: Sequence[T], pool: ThreadPoolExecutor | None = None
-    ) -> list[R]:
-        if len(items) <= 1:
-            return [fn(item) for item in items]
-        if pool is None:
-            with self._lock:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(16, thread_name_prefix="agent-checkpoint-s3")
-                pool = self._pool
-        return list(pool.map(fn, items))
-
-    def _segment_pool(self) -> ThreadPoolExecutor:
-        """Threads for a record's segments: a pool of their own, since loads run in ``_map``'s
-        (a load waiting there on its own pool could wait forever)."""
-        with self._lock:
-            if self._segment_threads is None:
-                self._segment_threads = ThreadPoolExecutor(
-                    16, thread_name_prefix="agent-checkpoint-s3-segments"
-                )
-            return self._segment_threads
-
-    def _check_bucket(self, operation: str) -> None:
-        """A missing bucket would read as missing keys (a HEAD 404 carries no error code), so
-        the first operation checks the bucket once, one thread at a time. A 403 (a policy
-        scoped to the prefix may not allow HeadBucket) proves nothing either way."""
-        if self._bucket_checked:
-            return
-        with self._bucket_lock, self._translate(operation):
-            if self._bucket_checked:
-                return
-            try:
-                self.client.head_bucket(Bucket=self.bucket)
-            except ClientError as exc:
-                if error_status(exc) == 403:
-                    self._bucket_checked = True
-                    return
-                if error_status(exc) != 404:
-                    raise
-                if not self._create:
-                    raise BackendError(
-                        f"s3 bucket {self.bucket!r} does not exist; create it, or open the "
-                        "store with create_bucket=True",
-                        backend=self.name,
-                        operation=operation,
-                    ) from exc
-                self._create_bucket()
-            self._bucket_checked = True
-
-    def _create_bucket(self) -> None:
-        """Create the bucket; another client creating it first is success. Matched by error
-        code, not by ``client.exceptions``: botocore builds those classes lazily and threads
-        racing the first call can get different classes for the same code."""
-        location = {"LocationConstraint": self._region}
-        try:
-            if self._region and self._region != "us-east-1":
-                self.client.create_bucket(Bucket=self.bucket, CreateBucketConfiguration=location)
-            else:
-                self.client.create_bucket(Bucket=self.bucket)
-        except ClientError as exc:
-            if error_code(exc) != "BucketAlreadyOwnedByYou":
-                raise
-
-    @contextmanager
-    def _translate(self, operation: str) -> Iterator[None]:
-        try:
-            with translate_errors(
-                self.name, operation, transient=TRANSIENT, fatal=(BotoCoreError,)
-            ):
-                yield
-        except ClientError as exc:
-            code, status = error_code(exc), error_status(exc)
-            detail = f"bucket {self.bucket!r} does not exist" if code == "NoSuchBucket" else exc
-            transient = code in THROTTLED or status == 429 or status >= 500
-            raise (BackendUnavailableError if transient else BackendError)(
-                f"s3 {operation} failed: {code or status}: {detail}",
-                backend=self.name,
-                operation=operation,
-            ) from exc

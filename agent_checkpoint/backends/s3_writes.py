@@ -1,6 +1,7 @@
-"""How the S3 backend writes a record (``s3.py`` reads, lists and verifies): the conditional PUT
-that commits it, the segment objects a growing history adds (and the merges that keep their
-number under ``max_segments``), and the clean-up of what a write leaves behind.
+"""How the S3 backend writes a record (``s3_reads.py`` reads and lists, ``s3.py`` verifies): the
+conditional PUT that commits it, the segment objects a growing history adds (and the merges that
+keep their number under ``max_segments``), and the clean-up of what a write leaves behind (the
+background deletes of ``S3Cleanup``).
 
 A write uploads its index entry and its new segments first, then PUTs the record with
 ``If-Match`` (or ``If-None-Match: *``), the commit point: a committed record never misses its
@@ -14,12 +15,14 @@ import base64
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from .base import Summary
 from .objects import HASHED, extends, fields_of, segments_of
@@ -183,3 +186,67 @@ class Write:
         if not self.committed and self.settled and self.owned:
             paths = [self.backend._segment_path(self.name, sid) for sid in self.owned]
             self.backend._forget(paths)
+
+
+class S3Cleanup:
+    """The deletes of an ``S3Backend``, which sets up ``_janitor``, ``_cleaning`` and the
+    rest: what writes leave behind, deleted on a background thread, and deletes in bulk."""
+
+    client: Any
+    bucket: str
+    _lock: threading.Lock
+    _closed: bool
+    _janitor: ThreadPoolExecutor | None
+    _cleaning: set[Future[None]]
+    _recent: RecentSegments
+    _siblings: dict[str, S3Backend]
+
+    def flush(self) -> None:
+        """Wait for the deletes that earlier writes left to the background (the index entries
+        and segments a commit superseded, a lost attempt's uploads); ``close`` waits too."""
+        with self._lock:
+            pending, siblings = list(self._cleaning), list(self._siblings.values())
+        wait(pending)
+        for sibling in siblings:
+            sibling.flush()
+
+    def _forget(self, paths: Sequence[str]) -> None:
+        """Delete objects no record refers to any more (index entries and segments a commit
+        superseded, or a lost attempt's uploads) on a background thread, so that the write
+        returns without waiting for it: one round trip less on every put that replaces a
+        record. Best effort: listing skips a leftover entry (its token is not the record's),
+        no record refers to a leftover segment, and ``verify(repair=True)`` removes both."""
+        if not paths:
+            return
+        paths = list(paths)
+        self._recent.discard(paths)
+        done: Future[None] | None = None
+        with self._lock:
+            if not self._closed:
+                if self._janitor is None:
+                    self._janitor = ThreadPoolExecutor(
+                        1, thread_name_prefix="agent-checkpoint-s3-cleanup"
+                    )
+                done = self._janitor.submit(self._delete_quietly, paths)
+                self._cleaning.add(done)
+        if done is None:  # closed: nothing runs in the background any more
+            self._delete_quietly(paths)
+        else:
+            done.add_done_callback(self._cleaned)  # outside the lock: it may run right here
+
+    def _cleaned(self, done: Future[None]) -> None:
+        with self._lock:
+            self._cleaning.discard(done)
+
+    def _delete_quietly(self, paths: Sequence[str]) -> None:
+        with suppress(ClientError, BotoCoreError):
+            self._delete_many(paths)
+
+    def _delete_many(self, paths: Sequence[str]) -> None:
+        if len(paths) == 1:
+            self.client.delete_object(Bucket=self.bucket, Key=paths[0])
+        elif paths:
+            objects = [{"Key": path} for path in paths]
+            self.client.delete_objects(
+                Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True}
+            )

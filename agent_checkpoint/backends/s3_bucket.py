@@ -1,0 +1,144 @@
+"""How the S3 backend reaches its bucket (``s3.py`` holds the backend): the boto3 client
+``from_url`` builds, the check that the bucket exists (creating it on request), the
+translation of botocore's errors into the library's, and the threads that send requests in
+parallel.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from ..errors import BackendError, BackendUnavailableError
+from .base import translate_errors
+from .s3_writes import error_code, error_status
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+PAGE = 1000
+TRANSIENT = (BotoConnectionError, HTTPClientError, IncompleteReadError)
+THROTTLED = frozenset(
+    {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestLimitExceeded"}
+    | {"TooManyRequests", "ServiceUnavailable", "InternalError"}
+)
+
+
+class S3Bucket:
+    """The client, bucket and request threads of an ``S3Backend``, which sets them up."""
+
+    name: str
+    client: Any
+    bucket: str
+    _create: bool
+    _region: str | None
+    _bucket_checked: bool
+    _bucket_lock: threading.Lock
+    _lock: threading.Lock
+    _pool: ThreadPoolExecutor | None
+    _segment_threads: ThreadPoolExecutor | None
+
+    @classmethod
+    def _connect(cls, endpoint_url: str | None, region: str | None, profile: str | None) -> Any:
+        """A new boto3 client, for ``from_url`` to own."""
+        config = Config(
+            # the Store's retry policy governs; botocore's own retries would hide faults
+            retries={"mode": "standard", "total_max_attempts": 1},
+            connect_timeout=5,
+            read_timeout=20,  # losing conditional racers may wait seconds for their 412
+            max_pool_connections=32,
+            s3={"addressing_style": "path"} if endpoint_url else None,
+        )
+        with translate_errors(cls.name, "open", transient=TRANSIENT, fatal=(BotoCoreError,)):
+            session = boto3.session.Session(profile_name=profile)
+            return session.client(
+                "s3", endpoint_url=endpoint_url, region_name=region, config=config
+            )
+
+    def _map(
+        self, fn: Callable[[T], R], items: Sequence[T], pool: ThreadPoolExecutor | None = None
+    ) -> list[R]:
+        if len(items) <= 1:
+            return [fn(item) for item in items]
+        if pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(16, thread_name_prefix="agent-checkpoint-s3")
+                pool = self._pool
+        return list(pool.map(fn, items))
+
+    def _segment_pool(self) -> ThreadPoolExecutor:
+        """Threads for a record's segments: a pool of their own, since loads run in ``_map``'s
+        (a load waiting there on its own pool could wait forever)."""
+        with self._lock:
+            if self._segment_threads is None:
+                self._segment_threads = ThreadPoolExecutor(
+                    16, thread_name_prefix="agent-checkpoint-s3-segments"
+                )
+            return self._segment_threads
+
+    def _check_bucket(self, operation: str) -> None:
+        """A missing bucket would read as missing keys (a HEAD 404 carries no error code), so
+        the first operation checks the bucket once, one thread at a time. A 403 (a policy
+        scoped to the prefix may not allow HeadBucket) proves nothing either way."""
+        if self._bucket_checked:
+            return
+        with self._bucket_lock, self._translate(operation):
+            if self._bucket_checked:
+                return
+            try:
+                self.client.head_bucket(Bucket=self.bucket)
+            except ClientError as exc:
+                if error_status(exc) == 403:
+                    self._bucket_checked = True
+                    return
+                if error_status(exc) != 404:
+                    raise
+                if not self._create:
+                    raise BackendError(
+                        f"s3 bucket {self.bucket!r} does not exist; create it, or open the "
+                        "store with create_bucket=True",
+                        backend=self.name,
+                        operation=operation,
+                    ) from exc
+                self._create_bucket()
+            self._bucket_checked = True
+
+    def _create_bucket(self) -> None:
+        """Create the bucket; another client creating it first is success. Matched by error
+        code, not by ``client.exceptions``: botocore builds those classes lazily and threads
+        racing the first call can get different classes for the same code."""
+        location = {"LocationConstraint": self._region}
+        try:
+            if self._region and self._region != "us-east-1":
+                self.client.create_bucket(Bucket=self.bucket, CreateBucketConfiguration=location)
+            else:
+                self.client.create_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            if error_code(exc) != "BucketAlreadyOwnedByYou":
+                raise
+
+    @contextmanager
+    def _translate(self, operation: str) -> Iterator[None]:
+        try:
+            with translate_errors(
+                self.name, operation, transient=TRANSIENT, fatal=(BotoCoreError,)
+            ):
+                yield
+        except ClientError as exc:
+            code, status = error_code(exc), error_status(exc)
+            detail = f"bucket {self.bucket!r} does not exist" if code == "NoSuchBucket" else exc
+            transient = code in THROTTLED or status == 429 or status >= 500
+            raise (BackendUnavailableError if transient else BackendError)(
+                f"s3 {operation} failed: {code or status}: {detail}",
+                backend=self.name,
+                operation=operation,
+            ) from exc
