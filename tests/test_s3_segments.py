@@ -453,3 +453,24 @@ def test_verify_store_counts_orphaned_segments_and_repair_removes_them(
     assert set(objects(client, prefix, "segments")) == kept
     assert verify_store(store, grace=0).orphans == 0
     assert store.get("g") is not None
+
+
+def test_a_closed_backend_still_reads_and_grows_records_of_many_segments(
+    client: Any, prefix: str
+) -> None:
+    """``close()`` stops the backend's threads; a call after it runs its requests one by one
+    (it once raised Python's "cannot schedule new futures after shutdown")."""
+    backend = backend_on(client, prefix, max_segments=4)
+    store = Store(backend)
+    base = checkpoint("closed")
+    histories = grow(12)
+    for history in histories[:8]:
+        store.put(base.evolve(history=history), key="k")
+    assert len(header(client, prefix, "k")["segs"]) > 1
+    store.close()
+    got = Store(backend_on(client, prefix)).get("k")
+    assert got is not None and Store(backend).get("k") == got
+    for history in histories[8:]:  # appends, and merges of segments read on no thread
+        store.put(base.evolve(history=history), key="k")
+    fresh = Store(backend_on(client, prefix)).get("k")
+    assert fresh is not None and fresh.history == histories[-1]

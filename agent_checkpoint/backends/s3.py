@@ -202,8 +202,9 @@ class S3Backend(S3Reads, S3Cleanup):
         paths = [self._segment_path(name, sid) for sid, _ in segs[start:]]
         parts = [self._recent.get(path) for path in paths]
         unread = [i for i, part in enumerate(parts) if part is None]
-        read = self._map(lambda i: self._get_segment(name, segs[start + i][0], "append"), unread,
-                         self._segment_pool())  # fmt: skip
+        read = self._map(
+            lambda i: self._get_segment(name, segs[start + i][0], "append"), unread, segments=True
+        )
         for i, part in zip(unread, read, strict=True):
             parts[i] = part
         if any(part is None for part in parts):

@@ -43,6 +43,7 @@ class S3Bucket:
     _bucket_checked: bool
     _bucket_lock: threading.Lock
     _lock: threading.Lock
+    _closed: bool
     _pool: ThreadPoolExecutor | None
     _segment_threads: ThreadPoolExecutor | None
 
@@ -63,27 +64,28 @@ class S3Bucket:
                 "s3", endpoint_url=endpoint_url, region_name=region, config=config
             )
 
-    def _map(
-        self, fn: Callable[[T], R], items: Sequence[T], pool: ThreadPoolExecutor | None = None
-    ) -> list[R]:
+    def _map(self, fn: Callable[[T], R], items: Sequence[T], *, segments: bool = False) -> list[R]:
+        """``fn`` over ``items`` in parallel; ``segments``: on the segment threads, a pool of
+        their own, since loads run on the other one (a load waiting there on its own pool
+        could wait forever). After ``close()`` items run one by one: no threads are left."""
         if len(items) <= 1:
             return [fn(item) for item in items]
-        if pool is None:
-            with self._lock:
+        with self._lock:
+            if self._closed:
+                pool = None
+            elif segments:
+                if self._segment_threads is None:
+                    self._segment_threads = ThreadPoolExecutor(
+                        16, thread_name_prefix="agent-checkpoint-s3-segments"
+                    )
+                pool = self._segment_threads
+            else:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(16, thread_name_prefix="agent-checkpoint-s3")
                 pool = self._pool
+        if pool is None:
+            return [fn(item) for item in items]
         return list(pool.map(fn, items))
-
-    def _segment_pool(self) -> ThreadPoolExecutor:
-        """Threads for a record's segments: a pool of their own, since loads run in ``_map``'s
-        (a load waiting there on its own pool could wait forever)."""
-        with self._lock:
-            if self._segment_threads is None:
-                self._segment_threads = ThreadPoolExecutor(
-                    16, thread_name_prefix="agent-checkpoint-s3-segments"
-                )
-            return self._segment_threads
 
     def _check_bucket(self, operation: str) -> None:
         """A missing bucket would read as missing keys (a HEAD 404 carries no error code), so

@@ -46,8 +46,9 @@ class S3Reads(ObjectLayout, S3Bucket):
             segs = segments_of(fields)
             if segs is None:
                 return record
-            parts = self._map(lambda seg: self._get_segment(name, seg[0], operation), segs,
-                              self._segment_pool())  # fmt: skip
+            parts = self._map(
+                lambda seg: self._get_segment(name, seg[0], operation), segs, segments=True
+            )
             if all(part is not None for part in parts):
                 return Record(record.summary, assemble(body, [p for p in parts if p is not None]))
             # A segment is gone: a write that replaced this record since deletes the segments
