@@ -34,7 +34,6 @@ from .postgres_connections import (
     DEFAULT_READ_TIMEOUT,
     TimedConnection,
     make_pool,
-    read_timeout_option,
     split_url,
     unbounded,
 )
@@ -48,6 +47,7 @@ from .postgres_schema import (
 )
 from .postgres_sql import COLUMNS, scan_statement, statements
 from .segments import Split, assemble, plan_split
+from .url_options import number, whole
 
 __all__ = [
     "DEFAULT_READ_TIMEOUT",
@@ -68,8 +68,11 @@ TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, PoolTime
 FATAL: tuple[type[BaseException], ...] = (psycopg.Error,)
 
 
+NAME = "postgres"
+
+
 class PostgresBackend:
-    name = "postgres"
+    name = NAME
     max_segments = 1024
     chunk_bytes = 4096
     """An appended segment is joined onto the record's last segment row while that row stays
@@ -117,17 +120,20 @@ class PostgresBackend:
         table = table if table is not None else ours.get("table", DEFAULT_TABLE)
         _check_name("schema", schema, MAX_SCHEMA_NAME)
         _check_name("table", table, MAX_TABLE_NAME)
-        min_conns = min_size if min_size is not None else int(ours.get("min_size", 1))
+
+        def option(name: str, given: object, default: object) -> object:
+            return given if given is not None else ours.get(name, default)
+
+        min_conns = whole(NAME, "min_size", option("min_size", min_size, 1))
+        max_conns = whole(NAME, "max_size", option("max_size", max_size, 10), minimum=1)
+        wait = option("pool_timeout", pool_timeout, 5)
+        timeout = option("read_timeout", read_timeout, DEFAULT_READ_TIMEOUT)
         pool = make_pool(
             conninfo,
             min_size=min_conns,
-            max_size=max_size if max_size is not None else int(ours.get("max_size", 10)),
-            pool_timeout=pool_timeout
-            if pool_timeout is not None
-            else float(ours.get("pool_timeout", 5)),
-            read_timeout=read_timeout_option(
-                read_timeout if read_timeout is not None else ours.get("read_timeout")
-            ),
+            max_size=max_conns,
+            pool_timeout=number(NAME, "pool_timeout", wait, positive=True),
+            read_timeout=number(NAME, "read_timeout", timeout) or None,
         )
         return cls(pool, schema=schema, table=table, owns_pool=True)
 

@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.abc import PQGen
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
@@ -31,7 +32,6 @@ __all__ = [
     "ReadTimeoutError",
     "TimedConnection",
     "make_pool",
-    "read_timeout_option",
     "split_url",
     "unbounded",
 ]
@@ -113,7 +113,16 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     if not any(k == "connect_timeout" for k, _ in libpq):
         libpq.append(("connect_timeout", "5"))  # libpq waits forever by default
     # quote, not quote_plus: libpq reads '+' literally (options=-c%20name%3Dvalue).
-    return urlunsplit(parts._replace(query=urlencode(libpq, quote_via=quote))), ours
+    conninfo = urlunsplit(parts._replace(query=urlencode(libpq, quote_via=quote)))
+    try:
+        conninfo_to_dict(conninfo)  # libpq's own parse: refuses a parameter it does not know
+    except psycopg.ProgrammingError as exc:
+        raise InvalidKeyError(
+            f"postgres URL refused: {' '.join(str(exc).split())} (this library's options: "
+            f"{', '.join(URL_OPTIONS)}; "
+            "anything else goes to libpq)"
+        ) from exc
+    return conninfo, ours
 
 
 def make_pool(
@@ -145,21 +154,6 @@ def make_pool(
     )
     pool.open(wait=False)
     return pool
-
-
-def read_timeout_option(value: str | float | None) -> float | None:
-    """``read_timeout`` from a URL or a keyword: seconds, ``0`` for no limit."""
-    if value is None:
-        return DEFAULT_READ_TIMEOUT
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds >= 0 or seconds == float("inf"):
-        raise InvalidKeyError(
-            f"postgres read_timeout must be seconds >= 0 (0: no limit), not {value!r}"
-        )
-    return seconds or None
 
 
 def check_connection(conn: Any) -> None:

@@ -23,6 +23,8 @@ MULTI/EXEC of HMGET and LRANGE. A put and a get are one round trip each.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import uuid
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -60,6 +62,7 @@ from .redis_layout import (
 )
 from .redis_scripts import DROP, PAGE, WRITE
 from .segments import Split, assemble
+from .url_options import number, refuse_unknown
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend", "VolatileRedisWarning"]
 
@@ -111,6 +114,8 @@ class RedisBackend:
     def from_url(cls, url: str, **options: Any) -> RedisBackend:
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        hint = "this library's: prefix, ttl; else redis-py's connection options"
+        refuse_unknown("redis", query, _url_options(parts.scheme), hint=hint)
         prefix = options.pop("prefix", query.pop("prefix", DEFAULT_PREFIX))
         ttl = options.pop("ttl", query.pop("ttl", None))
         url = urlunsplit(parts._replace(query=urlencode(query)))
@@ -131,7 +136,7 @@ class RedisBackend:
         return cls(
             client,
             prefix=prefix,
-            ttl=None if ttl in (None, "") else float(ttl),
+            ttl=None if ttl in (None, "") else number("redis", "ttl", ttl, positive=True),
             owns_client=True,
         )
 
@@ -368,3 +373,18 @@ class RedisBackend:
         position, column, wanted = page_filter(self._base, index)
         reply = self._page([index], [self._base, low, high, count, position, column, wanted])
         return reply[0], int(reply[1]), reply[2:]
+
+
+@functools.cache
+def _url_options(scheme: str) -> frozenset[str]:
+    """What a redis URL's query may set: ours, and what redis-py passes on to the connection
+    class of the scheme (an option it does not know fails only at the first command)."""
+    kind = {
+        "rediss": redis.connection.SSLConnection,
+        "unix": redis.connection.UnixDomainSocketConnection,
+    }
+    names = {"prefix", "ttl", *redis.connection.URL_QUERY_ARGUMENT_PARSERS}
+    for cls in kind.get(scheme, redis.connection.Connection).__mro__:
+        if "__init__" in cls.__dict__:
+            names.update(inspect.signature(cls.__dict__["__init__"]).parameters)
+    return frozenset(names - {"self", "args", "kwargs"})

@@ -38,6 +38,7 @@ from .s3_bucket import PAGE
 from .s3_reads import S3Reads
 from .s3_writes import RACES, Known, RecentSegments, S3Cleanup, Write, lost_race
 from .segments import Split, merge, merge_start, plan_append, plan_split
+from .url_options import flag, refuse_unknown
 
 
 class S3Backend(S3Reads, S3Cleanup):
@@ -98,11 +99,11 @@ class S3Backend(S3Reads, S3Cleanup):
         if parts.scheme != "s3" or not parts.netloc:
             raise InvalidKeyError(f"an S3 store URL looks like s3://bucket/prefix, not {url!r}")
         params = dict(parse_qsl(parts.query))
-        unknown = set(params) - {"endpoint_url", "region", "profile", "create_bucket"}
-        if unknown:
-            raise InvalidKeyError(f"unknown s3 URL parameters: {', '.join(sorted(unknown))}")
+        refuse_unknown("s3", params, ("endpoint_url", "region", "profile", "create_bucket"))
         region = region or params.get("region")
-        create_bucket = create_bucket or params.get("create_bucket", "").lower() in ("1", "true")
+        create_bucket = create_bucket or flag(
+            "s3", "create_bucket", params.get("create_bucket", "")
+        )
         if client is not None:
             return cls(client, parts.netloc, parts.path, create_bucket=create_bucket, region=region)
         endpoint_url = endpoint_url or params.get("endpoint_url")
