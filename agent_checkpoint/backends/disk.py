@@ -26,25 +26,57 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
+import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
-from ..errors import BackendError, ConflictError
+from ..errors import BackendError, BackendUnavailableError, ConflictError
 from .base import Query, Record, Summary, plan_save
 from .disk_files import RecordFiles, file_name, header_line, parse_record
-from .disk_index import SummaryIndex
+from .disk_index import SummaryIndex, busy
 from .segments import Split as SegmentSplit
 from .segments import plan_append, plan_split
 
 __all__ = ["DiskBackend", "file_name"]
 
 _LOCK_STRIPES = 256
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@contextmanager
+def _translated(operation: str) -> Iterator[None]:
+    """The file system's and SQLite's errors as the library's: a lock another process held
+    past the busy timeout is transient (the Store retries it), anything else is not."""
+    try:
+        yield
+    except (OSError, sqlite3.Error) as exc:
+        error = BackendUnavailableError if busy(exc) else BackendError
+        raise error(
+            f"disk {operation} failed: {type(exc).__name__}: {exc}",
+            backend="disk",
+            operation=operation,
+        ) from exc
+
+
+def _translating(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    def decorate(method: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(method)
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            with _translated(operation):
+                return method(*args, **kwargs)
+
+        return run
+
+    return decorate
 
 
 class DiskBackend:
@@ -66,8 +98,22 @@ class DiskBackend:
             ) from exc
         self._guard = threading.Lock()
         self._siblings: dict[str, DiskBackend] = {}
-        fresh = not (self.root / "index.sqlite3").exists()
-        self._index = SummaryIndex(self.root / "index.sqlite3")
+        index = self.root / "index.sqlite3"
+        fresh = not index.exists()
+        try:
+            self._index = SummaryIndex(index)
+        except (OSError, sqlite3.Error) as exc:
+            corrupt = type(exc) is sqlite3.DatabaseError  # "file is not a database"
+            raise (BackendUnavailableError if busy(exc) else BackendError)(
+                f"disk open failed: index {index}: {type(exc).__name__}: {exc}"
+                + (
+                    "; move it aside and the store rebuilds it from the record files"
+                    if corrupt
+                    else ""
+                ),
+                backend="disk",
+                operation="open",
+            ) from exc
         if fresh and any(self._files.records.iterdir()):
             self.rebuild_index()
 
@@ -118,13 +164,16 @@ class DiskBackend:
 
     # -- the contract --------------------------------------------------------------------
 
+    @_translating("load")
     def load(self, key: str) -> Record | None:
         return self._files.load(key)
 
+    @_translating("head")
     def head(self, key: str) -> Summary | None:
         found = self._files.read(key)
         return found[0].summary if found is not None else None
 
+    @_translating("save")
     def save(
         self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
     ) -> Summary:
@@ -139,6 +188,7 @@ class DiskBackend:
             self._files.prune_segments(key, None)
             return summary
 
+    @_translating("save_split")
     def save_split(
         self,
         record: Record,
@@ -168,6 +218,7 @@ class DiskBackend:
             self._files.prune_segments(key, gen)
             return summary
 
+    @_translating("append")
     def append(
         self, summary: Summary, split: SegmentSplit, *, base_revision: int, base_digest: str
     ) -> Summary | None:
@@ -199,6 +250,7 @@ class DiskBackend:
             self._index.update(key, planned)
             return planned
 
+    @_translating("drop")
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         with self._locked(key):
             current = self.head(key)
@@ -219,6 +271,7 @@ class DiskBackend:
             self._files.prune_segments(key, None)
             return True
 
+    @_translating("scan")
     def scan(self, query: Query) -> list[Summary]:
         self._reconcile()
         return self._index.scan(query)
@@ -241,6 +294,7 @@ class DiskBackend:
             if assembled is not None:
                 yield assembled
 
+    @_translating("rebuild_index")
     def rebuild_index(self) -> int:
         """Recreate the index from the record files; return how many records it holds."""
         summaries = []
@@ -253,6 +307,7 @@ class DiskBackend:
         self._index.replace_all(summaries)
         return len(summaries)
 
+    @_translating("namespace")
     def namespace(self, name: str) -> DiskBackend:
         with self._guard:
             sibling = self._siblings.get(name)

@@ -9,6 +9,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
+
 from .base import Query, Summary
 
 __all__ = ["SummaryIndex"]
@@ -36,6 +38,26 @@ CREATE TABLE IF NOT EXISTS pending (key TEXT PRIMARY KEY);
 _COLUMNS = (
     "key, run_id, saved_at, owner, agent_id, failure_phase, failure_iteration, "
     "message_count, size, revision"
+)
+
+
+BUSY_TIMEOUT = 60.0
+"""Seconds a statement waits for another connection's lock before it gives up."""
+
+
+def busy(exc: BaseException) -> bool:
+    """SQLite's "database is locked" (``SQLITE_BUSY``): another connection holds the lock."""
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+
+
+# Switching a new database to WAL skips the busy handler (SQLite returns SQLITE_BUSY at once),
+# so processes opening a fresh store together retry it; 6 racing processes hit it in 11 of 60
+# rounds, as a raw sqlite3 error.
+_patiently = Retrying(
+    retry=retry_if_exception(busy),
+    wait=wait_random_exponential(multiplier=0.01, max=0.2),
+    stop=stop_after_delay(BUSY_TIMEOUT),
+    reraise=True,
 )
 
 
@@ -69,11 +91,11 @@ class SummaryIndex:
         if conn is None:
             conn = sqlite3.connect(
                 self.path,
-                timeout=60,
+                timeout=BUSY_TIMEOUT,
                 isolation_level=None,
                 check_same_thread=False,
             )
-            conn.execute("PRAGMA journal_mode=WAL")
+            _patiently(conn.execute, "PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
             with self._guard:
