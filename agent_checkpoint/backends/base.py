@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import BackendError, BackendUnavailableError, ConflictError, OwnershipConflictError
 
@@ -70,6 +70,22 @@ class Summary:
     @property
     def failed(self) -> bool:
         return self.failure_phase is not None
+
+    def row(self) -> tuple[Any, ...]:
+        """The fields in declaration order, as the SQL indexes store them (``Summary(*row)``
+        reads one back)."""
+        return (
+            self.key,
+            self.run_id,
+            self.saved_at,
+            self.owner,
+            self.agent_id,
+            self.failure_phase,
+            self.failure_iteration,
+            self.message_count,
+            self.size,
+            self.revision,
+        )
 
 
 @dataclass(frozen=True, slots=True)

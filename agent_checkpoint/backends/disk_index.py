@@ -61,21 +61,6 @@ _patiently = Retrying(
 )
 
 
-def _row(summary: Summary) -> tuple[Any, ...]:
-    return (
-        summary.key,
-        summary.run_id,
-        summary.saved_at,
-        summary.owner,
-        summary.agent_id,
-        summary.failure_phase,
-        summary.failure_iteration,
-        summary.message_count,
-        summary.size,
-        summary.revision,
-    )
-
-
 class SummaryIndex:
     """The index database at ``path``, created if missing, one connection per thread."""
 
@@ -119,7 +104,7 @@ class SummaryIndex:
             else:
                 db.execute(
                     f"INSERT OR REPLACE INTO summaries ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    _row(summary),
+                    summary.row(),
                 )
             db.execute("DELETE FROM pending WHERE key = ?", (key,))
             db.execute("COMMIT")
@@ -161,7 +146,7 @@ class SummaryIndex:
 
     def replace_all(self, summaries: list[Summary]) -> None:
         """Make ``summaries`` the whole index, with nothing pending."""
-        rows = [_row(summary) for summary in summaries]
+        rows = [summary.row() for summary in summaries]
         db = self.db()
         db.execute("BEGIN IMMEDIATE")
         try:

@@ -198,18 +198,7 @@ class PostgresBackend:
                 summary = (plan_save if split is None else plan_split)(
                     current, record, expect_revision=expect_revision, create_only=create_only
                 )
-                values = (
-                    summary.run_id,
-                    summary.saved_at,
-                    summary.owner,
-                    summary.agent_id,
-                    summary.failure_phase,
-                    summary.failure_iteration,
-                    summary.message_count,
-                    summary.size,
-                    summary.revision,
-                    *stored,
-                )
+                values = (*summary.row()[1:], *stored)  # the key goes first or last
                 if current is not None:
                     if row is not None and row[-1] is not None:
                         conn.execute(self._sql.clear_segments, (key,))
