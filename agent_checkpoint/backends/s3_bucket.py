@@ -68,24 +68,25 @@ class S3Bucket:
         """``fn`` over ``items`` in parallel; ``segments``: on the segment threads, a pool of
         their own, since loads run on the other one (a load waiting there on its own pool
         could wait forever). After ``close()`` items run one by one: no threads are left."""
-        if len(items) <= 1:
-            return [fn(item) for item in items]
-        with self._lock:
-            if self._closed:
-                pool = None
-            elif segments:
-                if self._segment_threads is None:
-                    self._segment_threads = ThreadPoolExecutor(
-                        16, thread_name_prefix="agent-checkpoint-s3-segments"
-                    )
-                pool = self._segment_threads
-            else:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(16, thread_name_prefix="agent-checkpoint-s3")
-                pool = self._pool
+        pool = None
+        if len(items) > 1:
+            with self._lock:
+                pool = None if self._closed else self._threads(segments)
         if pool is None:
             return [fn(item) for item in items]
         return list(pool.map(fn, items))
+
+    def _threads(self, segments: bool) -> ThreadPoolExecutor:
+        """The pool ``_map`` runs on, made on first use (called under ``_lock``)."""
+        if segments:
+            if self._segment_threads is None:
+                self._segment_threads = ThreadPoolExecutor(
+                    16, thread_name_prefix="agent-checkpoint-s3-segments"
+                )
+            return self._segment_threads
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(16, thread_name_prefix="agent-checkpoint-s3")
+        return self._pool
 
     def _check_bucket(self, operation: str) -> None:
         """A missing bucket would read as missing keys (a HEAD 404 carries no error code), so

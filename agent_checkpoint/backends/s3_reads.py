@@ -33,14 +33,10 @@ class S3Reads(ObjectLayout, S3Bucket):
     def _load(self, name: str, operation: str) -> Record | None:
         path = self._records + name
         for _ in range(RACES):
-            with self._translate(operation):
-                try:
-                    response = self.client.get_object(Bucket=self.bucket, Key=path)
-                    data = response["Body"].read()
-                except ClientError as exc:
-                    if missing(exc):
-                        return None
-                    raise
+            got = self._get(path, operation)
+            if got is None:
+                return None
+            data, etag = got
             fields, body = self._split(data, path, operation)
             record = Record(self._current(fields, name, operation).summary, body)
             segs = segments_of(fields)
@@ -55,7 +51,7 @@ class S3Reads(ObjectLayout, S3Bucket):
             # it no longer refers to. If the record is still the one read, it was lost: the
             # head alone does not decode, so the record reads as unreadable, not as absent.
             again = self._known(name, operation)
-            if again is not None and again.etag == response["ETag"].strip('"'):
+            if again is not None and again.etag == etag:
                 return record
         raise BackendError(
             f"{self.name} record {name!r} changed under {RACES} attempts to read it",
@@ -63,17 +59,22 @@ class S3Reads(ObjectLayout, S3Bucket):
             operation=operation,
         )
 
-    def _get_segment(self, name: str, sid: str, operation: str) -> bytes | None:
+    def _get(self, path: str, operation: str, first: int = 0) -> tuple[bytes, str] | None:
+        """The object's bytes (its first ``first`` bytes, if given) and ETag; ``None`` if it
+        does not exist."""
+        ranged = {"Range": f"bytes=0-{first - 1}"} if first else {}
         with self._translate(operation):
             try:
-                response = self.client.get_object(Bucket=self.bucket,
-                                                  Key=self._segment_path(name, sid))  # fmt: skip
-                data: bytes = response["Body"].read()
+                response = self.client.get_object(Bucket=self.bucket, Key=path, **ranged)
+                return response["Body"].read(), response["ETag"].strip('"')
             except ClientError as exc:
                 if missing(exc):
                     return None
                 raise
-        return data
+
+    def _get_segment(self, name: str, sid: str, operation: str) -> bytes | None:
+        got = self._get(self._segment_path(name, sid), operation)
+        return None if got is None else got[0]
 
     def _fetch(self, name: str, operation: str) -> Current | None:
         """The record's summary, token and ETag: from its metadata, else from its header."""
@@ -103,19 +104,12 @@ class S3Reads(ObjectLayout, S3Bucket):
     def _read_header(self, name: str, operation: str) -> Known | None:
         """The record's header and ETag, read from the object itself: usually one ranged GET."""
         path = self._records + name
-        with self._translate(operation):
-            try:
-                response = self.client.get_object(Bucket=self.bucket, Key=path,
-                                                  Range=f"bytes=0-{PEEK - 1}")  # fmt: skip
-                data = response["Body"].read()
-                if b"\n" not in data and len(data) >= PEEK:
-                    response = self.client.get_object(Bucket=self.bucket, Key=path)
-                    data = response["Body"].read()
-            except ClientError as exc:
-                if missing(exc):
-                    return None
-                raise
-        return Known(self._split(data, path, operation)[0], response["ETag"].strip('"'))
+        got = self._get(path, operation, first=PEEK)
+        if got is not None and b"\n" not in got[0] and len(got[0]) >= PEEK:
+            got = self._get(path, operation)  # a header longer than the peek: read it whole
+        if got is None:
+            return None
+        return Known(self._split(got[0], path, operation)[0], got[1])
 
     def _remember(self, name: str, known: Known) -> None:
         with self._lock:
