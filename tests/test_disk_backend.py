@@ -239,7 +239,7 @@ def test_an_unreadable_index_is_a_backend_error_saying_how_to_rebuild_it(tmp_pat
     for name in ("index.sqlite3-wal", "index.sqlite3-shm"):
         (tmp_path / name).unlink(missing_ok=True)
     (tmp_path / "index.sqlite3").write_bytes(b"not a database at all" * 100)
-    with pytest.raises(BackendError, match=r"index .*is not a database.*move it aside"):
+    with pytest.raises(BackendError, match=r"is not a database.*index\.sqlite3.*move it aside"):
         open_store(str(tmp_path))
     (tmp_path / "index.sqlite3").rename(tmp_path / "index.sqlite3.bad")
     with open_store(str(tmp_path)) as store:  # rebuilt from the record files

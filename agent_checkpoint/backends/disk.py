@@ -48,6 +48,11 @@ __all__ = ["DiskBackend", "file_name"]
 
 _LOCK_STRIPES = 256
 
+_REBUILD = (
+    "; the store's index.sqlite3 cannot be read: move it aside and the store rebuilds it from "
+    "the record files"
+)
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -59,9 +64,9 @@ def _translated(operation: str) -> Iterator[None]:
     try:
         yield
     except (OSError, sqlite3.Error) as exc:
-        error = BackendUnavailableError if busy(exc) else BackendError
-        raise error(
-            f"disk {operation} failed: {type(exc).__name__}: {exc}",
+        hint = _REBUILD if type(exc) is sqlite3.DatabaseError else ""  # "not a database"
+        raise (BackendUnavailableError if busy(exc) else BackendError)(
+            f"disk {operation} failed: {type(exc).__name__}: {exc}{hint}",
             backend="disk",
             operation=operation,
         ) from exc
@@ -86,34 +91,15 @@ class DiskBackend:
         self.root = Path(root)
         self._files = RecordFiles(self.root, fsync=fsync)
         self._locks = self.root / "locks"
-        try:
-            self._files.records.mkdir(parents=True, exist_ok=True)
-            self._files.segments.mkdir(exist_ok=True)
-            self._locks.mkdir(exist_ok=True)
-        except OSError as exc:
-            raise BackendError(
-                f"disk store at {self.root} cannot be created: {exc}",
-                backend="disk",
-                operation="open",
-            ) from exc
         self._guard = threading.Lock()
         self._siblings: dict[str, DiskBackend] = {}
         index = self.root / "index.sqlite3"
-        fresh = not index.exists()
-        try:
+        with _translated("open"):
+            self._files.records.mkdir(parents=True, exist_ok=True)
+            self._files.segments.mkdir(exist_ok=True)
+            self._locks.mkdir(exist_ok=True)
+            fresh = not index.exists()
             self._index = SummaryIndex(index)
-        except (OSError, sqlite3.Error) as exc:
-            corrupt = type(exc) is sqlite3.DatabaseError  # "file is not a database"
-            raise (BackendUnavailableError if busy(exc) else BackendError)(
-                f"disk open failed: index {index}: {type(exc).__name__}: {exc}"
-                + (
-                    "; move it aside and the store rebuilds it from the record files"
-                    if corrupt
-                    else ""
-                ),
-                backend="disk",
-                operation="open",
-            ) from exc
         if fresh and any(self._files.records.iterdir()):
             self.rebuild_index()
 
