@@ -18,7 +18,7 @@ from support.services import POSTGRES_URL, service_missing
 
 from agent_checkpoint import Store, open_store
 from agent_checkpoint.backends.postgres import LEDGER
-from agent_checkpoint.backends.postgres_connections import ReadTimeoutError
+from agent_checkpoint.backends.postgres_connections import DEFAULT_READ_TIMEOUT, ReadTimeoutError
 from agent_checkpoint.errors import BackendUnavailableError
 from agent_checkpoint.store import RetryPolicy
 from agent_checkpoint.store_types import NO_RETRY
@@ -242,6 +242,19 @@ def test_a_write_queued_behind_a_lock_is_cancelled_after_read_timeout(
         assert got is not None and [m.content for m in got.history][-1] == "first 3"
         store.put(then, key="k")  # the lock is gone: the same write goes through
         assert store.get("k") == then
+
+
+@pytest.mark.parametrize(
+    ("given", "bound"), [(None, DEFAULT_READ_TIMEOUT), ("7.5", 7.5), ("0", None)]
+)
+def test_read_timeout_from_the_url_bounds_every_connection(
+    schema: str, given: str | None, bound: float | None
+) -> None:
+    """The default bounds every wait; ``read_timeout=0`` means no bound at all."""
+    url = with_query(POSTGRES_URL, schema=schema)
+    store = open_store(url if given is None else with_query(url, read_timeout=given))
+    with store, store.backend.pool.connection() as conn:  # type: ignore[attr-defined]
+        assert conn.read_timeout == bound
 
 
 def test_setup_is_not_bound_by_read_timeout(schema: str) -> None:
