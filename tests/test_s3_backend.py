@@ -8,6 +8,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import botocore.exceptions
@@ -139,6 +140,53 @@ def test_first_use_of_a_missing_bucket_from_many_threads_and_clients_succeeds(
         clients[0].delete_bucket(Bucket=bucket)
         for made in clients:
             made.close()
+
+
+@contextmanager
+def gateway_reports_missing(client: Any, times: int) -> Iterator[list[str]]:
+    """The server's answer to the next ``times`` listings made "NoSuchBucket", as a SeaweedFS
+    gateway answers for up to 30 s when a request racing a create caches the miss (the race
+    itself is too rare to provoke on demand). Yields the listings seen, for the test to count."""
+    seen: list[str] = []
+
+    def stale_miss(**_: object) -> None:
+        seen.append("list")
+        if len(seen) <= times:
+            error = {"Error": {"Code": "NoSuchBucket"}, "ResponseMetadata": {"HTTPStatusCode": 404}}
+            raise botocore.exceptions.ClientError(error, "ListObjectsV2")  # type: ignore[arg-type]
+
+    client.meta.events.register("before-call.s3.ListObjectsV2", stale_miss)
+    try:
+        yield seen
+    finally:
+        client.meta.events.unregister("before-call.s3.ListObjectsV2", stale_miss)
+
+
+def test_a_bucket_the_server_briefly_reports_missing_after_its_creation_is_waited_for(
+    client: Any,
+) -> None:
+    bucket = f"stale-{uuid.uuid4().hex[:8]}"
+    with gateway_reports_missing(client, times=3) as listings:
+        backend = S3Backend.from_url(f"s3://{bucket}/p", client=client, create_bucket=True)
+        with Store(backend) as store:
+            assert store.get("k") is None  # not "bucket does not exist"
+            store.put(checkpoint(), key="k")
+            assert store.get("k") is not None
+    assert len(listings) >= 4  # three stale answers, then the one that saw the bucket
+    purge(client, bucket, "")
+    client.delete_bucket(Bucket=bucket)
+
+
+def test_a_created_bucket_that_never_shows_up_is_an_error_naming_it(
+    client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("agent_checkpoint.backends.s3_bucket.VISIBLE_WITHIN", 0.5)
+    bucket = f"never-{uuid.uuid4().hex[:8]}"
+    with gateway_reports_missing(client, times=10**6):
+        backend = S3Backend.from_url(f"s3://{bucket}/p", client=client, create_bucket=True)
+        with pytest.raises(BackendError, match=f"bucket '{bucket}' does not exist"):
+            Store(backend).get("k")
+    client.delete_bucket(Bucket=bucket)
 
 
 def test_wrong_credentials_are_a_backend_error_not_a_transient_one(s3_server: S3Server) -> None:

@@ -16,6 +16,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError
 from botocore.exceptions import ConnectionError as BotoConnectionError
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from ..errors import BackendError, BackendUnavailableError
 from .base import translate_errors
@@ -32,12 +33,23 @@ THROTTLED = frozenset(
 )
 
 
+# After a create, the gateway may still answer "no such bucket" for a while: SeaweedFS caches a
+# miss for at least 30 s, and a request racing another client's create can cache it just after
+# the create cleared it. The first operation waits for the bucket to be seen, this long at most.
+VISIBLE_WITHIN = 60.0
+
+
+def _not_yet_visible(exc: BaseException) -> bool:
+    return isinstance(exc, ClientError) and error_code(exc) == "NoSuchBucket"
+
+
 class S3Bucket:
     """The client, bucket and request threads of an ``S3Backend``, which sets them up."""
 
     name: str
     client: Any
     bucket: str
+    _records: str
     _create: bool
     _region: str | None
     _bucket_checked: bool
@@ -89,16 +101,17 @@ class S3Bucket:
         return self._pool
 
     def _check_bucket(self, operation: str) -> None:
-        """A missing bucket would read as missing keys (a HEAD 404 carries no error code), so
-        the first operation checks the bucket once, one thread at a time. A 403 (a policy
-        scoped to the prefix may not allow HeadBucket) proves nothing either way."""
+        """A missing bucket would read as missing keys (a GET's 404 on a key names no bucket),
+        so the first operation checks the bucket once, one thread at a time, with a listing
+        of one key: it reaches the bucket the way object requests do, and needs what HeadBucket
+        needs (s3:ListBucket). A 403 (a policy scoped to the prefix) proves nothing."""
         if self._bucket_checked:
             return
         with self._bucket_lock, self._translate(operation):
             if self._bucket_checked:
                 return
             try:
-                self.client.head_bucket(Bucket=self.bucket)
+                self._probe()
             except ClientError as exc:
                 if error_status(exc) == 403:
                     self._bucket_checked = True
@@ -113,7 +126,11 @@ class S3Bucket:
                         operation=operation,
                     ) from exc
                 self._create_bucket()
+                self._await_bucket()
             self._bucket_checked = True
+
+    def _probe(self) -> None:
+        self.client.list_objects_v2(Bucket=self.bucket, Prefix=self._records, MaxKeys=1)
 
     def _create_bucket(self) -> None:
         """Create the bucket; another client creating it first is success. Matched by error
@@ -128,6 +145,16 @@ class S3Bucket:
         except ClientError as exc:
             if error_code(exc) != "BucketAlreadyOwnedByYou":
                 raise
+
+    def _await_bucket(self) -> None:
+        """Return once the bucket just created (by us or by a racing client) is seen; still
+        missing after ``VISIBLE_WITHIN`` seconds, ``NoSuchBucket`` is raised."""
+        Retrying(
+            retry=retry_if_exception(_not_yet_visible),
+            wait=wait_random_exponential(multiplier=0.05, max=2.0),
+            stop=stop_after_delay(VISIBLE_WITHIN),
+            reraise=True,
+        )(self._probe)
 
     @contextmanager
     def _translate(self, operation: str) -> Iterator[None]:
