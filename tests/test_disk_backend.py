@@ -244,3 +244,16 @@ def test_an_unreadable_index_is_a_backend_error_saying_how_to_rebuild_it(tmp_pat
     (tmp_path / "index.sqlite3").rename(tmp_path / "index.sqlite3.bad")
     with open_store(str(tmp_path)) as store:  # rebuilt from the record files
         assert [s.key for s in store.list()] == ["k"]
+
+
+def test_an_unreadable_record_file_in_verify_is_a_backend_error_naming_it(tmp_path: Path) -> None:
+    """``verify`` walks the record files; one the file system refuses to read (here a folder
+    where a file should be) is the library's error, not a bare ``OSError``."""
+    from agent_checkpoint.maintenance import verify_store
+
+    with open_store(str(tmp_path)) as store:
+        store.put(checkpoint("r1"), key="k")
+        (tmp_path / "records" / "not-a-file").mkdir()
+        with pytest.raises(BackendError, match=r"disk iter_records failed: IsADirectoryError"):
+            verify_store(store)
+        assert store.get("k") is not None

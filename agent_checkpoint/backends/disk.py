@@ -266,19 +266,20 @@ class DiskBackend:
 
     def iter_records(self) -> Iterator[Record]:
         """Every record file, in no particular order (for verification and rebuilds)."""
-        for path in self._files.records.iterdir():
-            if path.name.startswith("."):
-                continue
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError:
-                continue
-            record, split = parse_record(path.name, data)
-            assembled = self._files.assembled(record, split)
-            if assembled is None:  # rewritten meanwhile: read it again
-                assembled = self._files.load(record.summary.key)
-            if assembled is not None:
-                yield assembled
+        with _translated("iter_records"):
+            for path in self._files.records.iterdir():
+                if path.name.startswith("."):
+                    continue
+                try:
+                    data = path.read_bytes()
+                except FileNotFoundError:
+                    continue
+                record, split = parse_record(path.name, data)
+                assembled = self._files.assembled(record, split)
+                if assembled is None:  # rewritten meanwhile: read it again
+                    assembled = self._files.load(record.summary.key)
+                if assembled is not None:
+                    yield assembled
 
     @_translating("rebuild_index")
     def rebuild_index(self) -> int:
