@@ -33,6 +33,7 @@ from .errors import (
     MissingDependencyError,
     NotFoundError,
     OwnershipConflictError,
+    StoreClosedError,
     StoreError,
     UnreadableEnvelopeError,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "RetryPolicy",
     "RunCheckpoint",
     "Store",
+    "StoreClosedError",
     "StoreError",
     "Summary",
     "ThinkingBlock",

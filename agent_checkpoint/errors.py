@@ -28,6 +28,7 @@
         ├── UnsupportedOperationError                     the backend cannot do this natively
         ├── MissingDependencyError          (ImportError) a URL scheme whose extra is not installed
         └── BackendError                                  the backend failed; the driver's error is `__cause__`
+            ├── StoreClosedError                          an operation after `close()`
             └── BackendUnavailableError                   transient faults outlasted the retry budget
                 └── WriteOutcomeUnknownError              a retried write may have landed; read it back
 
@@ -58,6 +59,7 @@ __all__ = [
     "NotFoundError",
     "OwnershipConflictError",
     "RecordTooLargeError",
+    "StoreClosedError",
     "StoreError",
     "TranscriptError",
     "TranscriptNotFoundError",
@@ -229,6 +231,13 @@ class BackendError(StoreError):
         super().__init__(message)
         self.backend = backend
         self.operation = operation
+
+
+class StoreClosedError(BackendError):
+    """The store (or the backend under it) was closed: its connections, pools and threads are
+    gone, and an operation would leak new ones. Open the store again."""
+
+    code = "ERR_STORE_CLOSED"
 
 
 class BackendUnavailableError(BackendError):

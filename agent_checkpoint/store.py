@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from .backends import open_backend
-from .backends.base import Backend, Query, Record, Summary
+from .backends.base import Backend, Query, Record, Summary, closed_error
 from .claims import Claim, LeaseInfo, live_leases
 from .codec import Codec
 from .container import Compression, Keyring, Sealer
@@ -83,6 +83,7 @@ class Store:
         self.codec = codec or Codec()
         self.retry = retry or RetryPolicy()
         self._clock = clock
+        self._closed = False
         self._writer = Writer(backend, self.call, max_record_bytes)
         self._appender = self._writer.appender
 
@@ -266,11 +267,18 @@ class Store:
     def setup(self) -> None:
         """Create what the backend needs (tables, indexes); idempotent. A no-op where none."""
         setup = getattr(self.backend, "setup", None)
-        if callable(setup):
-            self.call(setup)
+        self.call(setup if callable(setup) else lambda: None)  # a closed store refuses either way
 
     def close(self) -> None:
+        """Close the backend (its connections, pools and threads; injected clients stay
+        open). Idempotent. Every later operation raises ``StoreClosedError``."""
+        self._closed = True
         self.backend.close()
+
+    @property
+    def closed(self) -> bool:
+        """``close()`` was called on this store or on its backend."""
+        return self._closed or bool(getattr(self.backend, "closed", False))
 
     def __enter__(self) -> Store:
         return self
@@ -307,6 +315,8 @@ class Store:
 
     def call(self, fn: Callable[[], T]) -> T:
         """Run a backend operation under this store's retry policy."""
+        if self.closed:
+            raise closed_error(str(getattr(self.backend, "name", "store")))
         for attempt in self.retry.retrying():
             with attempt:
                 return fn()

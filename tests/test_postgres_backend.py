@@ -34,6 +34,7 @@ from agent_checkpoint.errors import (
     ConflictError,
     InvalidKeyError,
     OwnershipConflictError,
+    StoreClosedError,
     UnreadableEnvelopeError,
 )
 from agent_checkpoint.model import Message, RunCheckpoint
@@ -586,9 +587,11 @@ def test_a_closed_store_raises_a_library_error_at_once(schema: str) -> None:
     store.setup()
     store.close()
     store.close()
-    with pytest.raises(BackendError, match="closed") as caught:
+    with pytest.raises(StoreClosedError, match="closed store") as caught:
         store.get("k")
-    assert not isinstance(caught.value, BackendUnavailableError)
+    assert not isinstance(caught.value, BackendUnavailableError)  # never retried
+    with pytest.raises(StoreClosedError, match="postgres head on a closed store"):
+        store.backend.head("k")  # the backend itself refuses, not only the Store
 
 
 def test_an_unreachable_database_is_named_in_the_final_error() -> None:

@@ -29,7 +29,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import BackendError, BackendUnavailableError, ConflictError, OwnershipConflictError
+from ..errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConflictError,
+    OwnershipConflictError,
+    StoreClosedError,
+)
 
 __all__ = [
     "Backend",
@@ -136,8 +142,29 @@ class Backend(Protocol):
     def scan(self, query: Query) -> list[Summary]: ...
 
     def close(self) -> None:
-        """Release what the backend created; idempotent; leaves injected clients open."""
+        """Release what the backend created; idempotent; leaves injected clients open. After
+        it, ``closed`` (where a backend has it: all of ours do) is true, and a ``Store`` over
+        the backend raises ``StoreClosedError`` for every operation."""
         ...
+
+
+class Closable:
+    """``closed`` for the ``Store`` to check; a backend's ``close()`` sets ``_closed``."""
+
+    _closed: bool = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+def closed_error(backend: str, operation: str = "") -> StoreClosedError:
+    doing = f" {operation}" if operation else " an operation"
+    return StoreClosedError(
+        f"{backend}{doing} on a closed store: open the store again to use it",
+        backend=backend,
+        operation=operation,
+    )
 
 
 @runtime_checkable

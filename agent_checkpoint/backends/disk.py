@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from ..errors import BackendError, BackendUnavailableError, ConflictError
-from .base import Query, Record, Summary, plan_save
+from .base import Closable, Query, Record, Summary, plan_save
 from .disk_files import RecordFiles, file_name, header_line, parse_record
 from .disk_index import SummaryIndex, busy
 from .segments import Split as SegmentSplit
@@ -84,7 +84,7 @@ def _translating(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     return decorate
 
 
-class DiskBackend:
+class DiskBackend(Closable):
     name = "disk"
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
@@ -305,6 +305,7 @@ class DiskBackend:
             return sibling
 
     def close(self) -> None:
+        self._closed = True
         for sibling in list(self._siblings.values()):
             sibling.close()
         self._index.close()

@@ -257,7 +257,7 @@ class FsspecBackend(ObjectLayout):
             return sibling
 
     def close(self) -> None:
-        pass  # fsspec caches and shares filesystem instances; they are not ours to close
+        self._closed = True  # fsspec caches and shares filesystems: they are not ours to close
 
     def _load(self, name: str, operation: str) -> Record | None:
         path = self._records + name

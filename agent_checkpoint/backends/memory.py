@@ -9,11 +9,11 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import ConflictError
-from .base import Query, Record, Summary, is_after, matches, plan_save
+from .base import Closable, Query, Record, Summary, is_after, matches, plan_save
 from .segments import Split, assemble, merge, plan_append, plan_split
 
 
-class MemoryBackend:
+class MemoryBackend(Closable):
     name = "memory"
     max_segments = 1024
 
@@ -145,4 +145,4 @@ class MemoryBackend:
             return self._namespaces.setdefault(name, MemoryBackend())
 
     def close(self) -> None:
-        pass
+        self._closed = True

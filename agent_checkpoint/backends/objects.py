@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 
 from ..errors import BackendError, InvalidKeyError
-from .base import Query, Record, Summary, is_after, matches
+from .base import Closable, Query, Record, Summary, is_after, matches
 from .segments import Split
 
 WIDTH = 17
@@ -144,7 +144,7 @@ def _units(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
         yield group
 
 
-class ObjectLayout:
+class ObjectLayout(Closable):
     """Names, headers and index listing shared by the fsspec and S3 backends. Subclasses set
     ``_records``, ``_index`` and ``_segments`` (path prefixes ending in ``/``) and provide
     ``_save``, ``_entries`` and ``_fetch_many``."""

@@ -28,8 +28,17 @@ from psycopg.errors import TransactionRollback, UndefinedColumn, UndefinedTable
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from ..errors import BackendError, ConflictError, InvalidKeyError
-from .base import Query, Record, Summary, plan_save, resolve_owner, translate_errors
+from ..errors import BackendError, ConflictError, InvalidKeyError, StoreClosedError
+from .base import (
+    Closable,
+    Query,
+    Record,
+    Summary,
+    closed_error,
+    plan_save,
+    resolve_owner,
+    translate_errors,
+)
 from .postgres_connections import (
     DEFAULT_READ_TIMEOUT,
     TimedConnection,
@@ -71,7 +80,7 @@ FATAL: tuple[type[BaseException], ...] = (psycopg.Error,)
 NAME = "postgres"
 
 
-class PostgresBackend:
+class PostgresBackend(Closable):
     name = NAME
     max_segments = 1024
     chunk_bytes = 4096
@@ -308,11 +317,7 @@ class PostgresBackend:
     def _connection(self, operation: str) -> Iterator[Connection]:
         with translate_errors(self.name, operation, transient=TRANSIENT, fatal=FATAL):
             if self._closed:
-                raise BackendError(
-                    f"postgres {operation} failed: the backend is closed",
-                    backend=self.name,
-                    operation=operation,
-                )
+                raise closed_error(self.name, operation)
             try:
                 with self.pool.connection() as conn:
                     try:
@@ -325,7 +330,7 @@ class PostgresBackend:
             except PoolTimeout as exc:
                 raise PoolTimeout(f"{exc}{self._why_no_connection()}") from exc
             except PoolClosed as exc:
-                raise BackendError(
+                raise StoreClosedError(
                     f"postgres {operation} failed: its connection pool is closed",
                     backend=self.name,
                     operation=operation,

@@ -16,6 +16,7 @@ from ..errors import (
     InvalidCheckpointError,
     InvalidKeyError,
     OwnershipConflictError,
+    StoreClosedError,
     UnreadableEnvelopeError,
     WrongEnvelopeKindError,
 )
@@ -348,3 +349,37 @@ class _StoreContract:
         for key in keys:
             got = store.get(key)
             assert got is not None and got.run_id == key
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def test_every_operation_after_close_raises_store_closed(self, store: Store) -> None:
+        """A closed store refuses, on every backend alike, rather than working on (some
+        drivers reconnect silently, leaking what ``close()`` released) or failing with a
+        driver's error; closing again is harmless."""
+        store.put(checkpoint(), key="k")
+        store.close()
+        store.close()
+        assert store.closed
+        operations = {
+            "get": lambda: store.get("k"),
+            "get_json": lambda: store.get_json("k"),
+            "head": lambda: store.head("k"),
+            "contains": lambda: "k" in store,
+            "put": lambda: store.put(checkpoint(), key="k2"),
+            "delete": lambda: store.delete("k"),
+            "list": lambda: store.list(limit=5),
+            "iter_summaries": lambda: list(store.iter_summaries()),
+            "forget_older_than": lambda: store.forget_older_than(10**15),
+            "setup": store.setup,
+        }
+        for name, operation in operations.items():
+            with pytest.raises(StoreClosedError, match="closed store"):
+                operation()
+                pytest.fail(f"{name} worked on a closed store")
+
+    def test_a_store_over_a_backend_another_store_closed_refuses_too(self, store: Store) -> None:
+        other = Store(store.backend)
+        store.close()
+        assert other.closed
+        with pytest.raises(StoreClosedError):
+            other.get("k")
