@@ -17,7 +17,7 @@ import orjson
 import pytest
 import redis
 from redis.crc import key_slot
-from support.redis_server import RedisServer
+from support.redis_server import RedisServer, need_redis_server
 from support.services import REDIS_URL, service_missing
 
 from agent_checkpoint import Store, open_store
@@ -420,8 +420,8 @@ def test_a_server_that_keeps_nothing_on_disk_is_reported_once_per_store(
         assert volatile_warnings(caught) == 2
 
 
-@pytest.mark.skipif(not RedisServer.available(), reason="redis-server is not installed")
 def test_a_server_with_aof_is_not_reported() -> None:
+    need_redis_server()
     with RedisServer(appendonly=True) as server, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with open_store(server.url) as store:

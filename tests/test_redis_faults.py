@@ -17,7 +17,7 @@ from support.fault_load import (
     resets_and_refusals,
 )
 from support.faultproxy import FaultProxy
-from support.redis_server import RedisServer
+from support.redis_server import RedisServer, need_redis_server
 from support.services import REDIS_URL, service_missing
 
 from agent_checkpoint import Store, open_store
@@ -100,8 +100,8 @@ def test_an_exhausted_retry_budget_raises_the_library_error_with_the_driver_caus
         assert store.get("before") is not None
 
 
-@pytest.mark.skipif(not RedisServer.available(), reason="redis-server is not installed")
 def test_acknowledged_writes_survive_a_server_killed_and_restarted() -> None:
+    need_redis_server()
     with RedisServer(appendonly=True) as server:
         store, counting = writer_store(server.url, "restart")
         with store:

@@ -19,6 +19,10 @@ With ``ttl`` every write gives each per-record key (the hash, and the segment li
 record) the same fresh expiry; index members of expired records are skipped and removed when a
 scan meets them, or by ``repair``. Writes are Lua scripts (``redis_scripts.py``); ``load`` is one
 MULTI/EXEC of HMGET and LRANGE. A put and a get are one round trip each.
+
+On a Redis Cluster (``?cluster=true``, or a ``RedisCluster`` client) all of the above runs
+unchanged on the node that owns the store's slot, except that a cluster pipeline refuses
+scripts: a large first segment is staged in one round trip and written in a second.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import redis
 from redis._parsers.encoders import Encoder
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
 from redis.connection import PythonRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisError, TryAgainError
@@ -46,7 +51,7 @@ from ..errors import (
     OwnershipConflictError,
     UnsupportedOperationError,
 )
-from .base import Query, Record, Summary, is_after, matches, translate_errors
+from .base import Closable, Query, Record, Summary, is_after, matches, translate_errors
 from .redis_durability import DurabilityCheck, VolatileRedisWarning
 from .redis_layout import (
     FIELDS,
@@ -62,7 +67,7 @@ from .redis_layout import (
 )
 from .redis_scripts import DROP, PAGE, WRITE
 from .segments import Split, assemble
-from .url_options import number, refuse_unknown
+from .url_options import flag, number, refuse_unknown
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend", "VolatileRedisWarning"]
 
@@ -77,13 +82,13 @@ STAGE_TTL_MS = 600_000
 """How long a staging list outlives a writer that died before its script ran."""
 
 
-class RedisBackend:
+class RedisBackend(Closable):
     name = "redis"
     max_segments = 1024
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis | RedisCluster,
         *,
         prefix: str = DEFAULT_PREFIX,
         ttl: float | None = None,
@@ -99,6 +104,7 @@ class RedisBackend:
         if client.get_encoder().decode_responses:
             raise ValueError("the redis client must not decode responses: bodies are bytes")
         self._client = client
+        self._cluster = isinstance(client, RedisCluster)
         self._owns = owns_client
         self._closed = False
         self.prefix = prefix
@@ -114,10 +120,11 @@ class RedisBackend:
     def from_url(cls, url: str, **options: Any) -> RedisBackend:
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        hint = "this library's: prefix, ttl; else redis-py's connection options"
+        hint = "this library's: prefix, ttl, cluster; else redis-py's connection options"
         refuse_unknown("redis", query, _url_options(parts.scheme), hint=hint)
         prefix = options.pop("prefix", query.pop("prefix", DEFAULT_PREFIX))
         ttl = options.pop("ttl", query.pop("ttl", None))
+        cluster = flag("redis", "cluster", options.pop("cluster", query.pop("cluster", False)))
         url = urlunsplit(parts._replace(query=urlencode(query)))
         # The Store's tenacity policy governs retries; redis-py's own would hide outages.
         options.setdefault("retry", Retry(NoBackoff(), 0))
@@ -132,7 +139,10 @@ class RedisBackend:
             PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode),  # type: ignore[no-untyped-call]
         )
         with translate_errors(cls.name, "connect", transient=TRANSIENT, fatal=(RedisError,)):
-            client = redis.Redis.from_url(url, **options)
+            # A cluster client finds every node from this one; all of a store's keys share the
+            # {prefix} hash tag, so each operation still goes to one node, in one round trip.
+            made = RedisCluster.from_url if cluster else redis.Redis.from_url
+            client = made(url, **options)
         return cls(
             client,
             prefix=prefix,
@@ -192,8 +202,12 @@ class RedisBackend:
             pipe = self._client.pipeline(transaction=False)  # one round trip
             pipe.rpush(stage, split.segment)
             pipe.pexpire(stage, STAGE_TTL_MS)
-            self._write(keys=[*keys, stage], args=args, client=pipe)
-            reply = pipe.execute()[-1]
+            if self._cluster:  # a cluster pipeline refuses scripts: the write follows it
+                pipe.execute()
+                reply = self._write(keys=[*keys, stage], args=args)
+            else:
+                self._write(keys=[*keys, stage], args=args, client=pipe)
+                reply = pipe.execute()[-1]
         return self._outcome(record.summary, reply, expect_revision, size)
 
     def append(
@@ -383,7 +397,7 @@ def _url_options(scheme: str) -> frozenset[str]:
         "rediss": redis.connection.SSLConnection,
         "unix": redis.connection.UnixDomainSocketConnection,
     }
-    names = {"prefix", "ttl", *redis.connection.URL_QUERY_ARGUMENT_PARSERS}
+    names = {"prefix", "ttl", "cluster", *redis.connection.URL_QUERY_ARGUMENT_PARSERS}
     for cls in kind.get(scheme, redis.connection.Connection).__mro__:
         if "__init__" in cls.__dict__:
             names.update(inspect.signature(cls.__dict__["__init__"]).parameters)

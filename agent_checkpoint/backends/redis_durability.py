@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import threading
 import warnings
+from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 from redis.exceptions import RedisError, ResponseError
 
 __all__ = ["DurabilityCheck", "VolatileRedisWarning"]
@@ -20,7 +22,7 @@ class VolatileRedisWarning(RuntimeWarning):
 class DurabilityCheck:
     """Called before each operation of a store; asks the server once it can answer."""
 
-    def __init__(self, client: redis.Redis, prefix: str) -> None:
+    def __init__(self, client: redis.Redis | RedisCluster, prefix: str) -> None:
         self._client = client
         self._prefix = prefix
         self.checked = False
@@ -33,11 +35,7 @@ class DurabilityCheck:
             if self.checked:
                 return
             try:
-                pipe = self._client.pipeline(transaction=False)  # one round trip
-                pipe.config_get("appendonly")
-                pipe.config_get("save")
-                replies = pipe.execute()
-                appendonly, save = replies[0].get("appendonly"), replies[1].get("save")
+                appendonly, save = self._settings()
             except ResponseError:
                 self.checked = True  # CONFIG renamed or denied (managed Redis): cannot tell
                 return
@@ -52,3 +50,16 @@ class DurabilityCheck:
                     VolatileRedisWarning,
                     stacklevel=3,
                 )
+
+    def _settings(self) -> tuple[str | None, str | None]:
+        """``appendonly`` and ``save`` of the server that holds the store's keys."""
+        client: Any = self._client
+        if isinstance(client, RedisCluster):  # the primary that owns the prefix's slot
+            node = client.get_node_from_key("{" + self._prefix + "}")  # type: ignore[no-untyped-call]
+            replies = [client.config_get(name, target_nodes=node) for name in ("appendonly", "save")]
+        else:
+            pipe = client.pipeline(transaction=False)  # one round trip
+            pipe.config_get("appendonly")
+            pipe.config_get("save")
+            replies = pipe.execute()
+        return replies[0].get("appendonly"), replies[1].get("save")

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
 
 
 def free_port() -> int:
@@ -25,10 +26,13 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, *, appendonly: bool = True, port: int | None = None) -> None:
+    def __init__(
+        self, *, appendonly: bool = True, port: int | None = None, cluster: bool = False
+    ) -> None:
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="ac-redis-"))
         self.appendonly = appendonly
+        self.cluster = cluster
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -50,6 +54,10 @@ class RedisServer:
             "--protected-mode", "yes",
             "--logfile", str(self.dir / "redis.log"),
         ]  # fmt: skip
+        if self.cluster:
+            # the bus port defaults to port + 10000, past 65535 for many free ports: pick one
+            args += ["--cluster-enabled", "yes", "--cluster-port", str(free_port())]
+            args += ["--cluster-config-file", str(self.dir / "nodes.conf")]
         if self.appendonly:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
@@ -92,6 +100,55 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
+
+
+def need_redis_server() -> None:
+    """Tests that start servers of their own need the binaries: locally a skip, in CI a failure."""
+    from support.services import service_missing
+
+    if not (RedisServer.available() and os.path.exists(REDIS_CLI)):
+        service_missing("redis-server", "the redis-server and redis-cli binaries are not installed")
+
+
+class RedisClusterServers:
+    """``count`` cluster-mode ``redis-server`` primaries on free ports, their slots assigned
+    by ``redis-cli --cluster create``; ``url`` names the first (a cluster client finds the
+    others from it)."""
+
+    def __init__(self, count: int = 3) -> None:
+        self.servers = [RedisServer(cluster=True) for _ in range(count)]
+
+    @property
+    def url(self) -> str:
+        return self.servers[0].url
+
+    def start(self, timeout: float = 30.0) -> None:
+        try:
+            for server in self.servers:
+                server.start()
+            nodes = [f"127.0.0.1:{server.port}" for server in self.servers]
+            create = [REDIS_CLI, "--cluster", "create", *nodes, "--cluster-replicas", "0"]
+            subprocess.run(
+                [*create, "--cluster-yes"], check=True, capture_output=True, timeout=timeout
+            )
+            deadline = time.monotonic() + timeout
+            while not all(_cluster_ok(server.port) for server in self.servers):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the Redis cluster on {nodes} did not become ready")
+                time.sleep(0.05)
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def cleanup(self) -> None:
+        for server in self.servers:
+            server.cleanup()
+
+
+def _cluster_ok(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+        sock.sendall(b"CLUSTER INFO\r\n")
+        return b"cluster_state:ok" in sock.recv(4096)
 
 
 def _answers_ping(port: int) -> bool:

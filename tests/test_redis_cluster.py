@@ -1,0 +1,115 @@
+"""The Redis backend on a real Redis Cluster: three cluster-mode ``redis-server`` primaries
+started for this module, reached with ``?cluster=true`` (redis-py's ``RedisCluster``). Every
+key of a store shares its ``{prefix}`` hash tag, so the whole contract runs on one node per
+store, and stores with different prefixes spread over the nodes."""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from collections.abc import Iterator
+
+import pytest
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+from support.redis_server import RedisClusterServers, need_redis_server
+
+from agent_checkpoint import Store, open_store
+from agent_checkpoint.backends.redis import RedisBackend, VolatileRedisWarning
+from agent_checkpoint.errors import InvalidKeyError
+from agent_checkpoint.testing import (
+    AppendingConformance,
+    ClaimsConformance,
+    EncryptionConformance,
+    StoreConformance,
+    checkpoint,
+)
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::agent_checkpoint.backends.redis.VolatileRedisWarning"
+)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisClusterServers]:
+    need_redis_server()
+    servers = RedisClusterServers(3)
+    servers.start()
+    yield servers
+    servers.cleanup()
+
+
+@pytest.fixture
+def url(cluster: RedisClusterServers) -> str:
+    return f"{cluster.url}?cluster=true&prefix=c-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[Store]:
+    with open_store(url) as opened:
+        yield opened
+
+
+class TestRedisClusterStore(
+    StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance
+):
+    pass
+
+
+def test_a_cluster_url_opens_a_cluster_client(store: Store) -> None:
+    backend = store.backend
+    assert isinstance(backend, RedisBackend)
+    assert isinstance(backend._client, RedisCluster)
+
+
+def test_stores_with_different_prefixes_spread_over_the_nodes(cluster: RedisClusterServers) -> None:
+    """One store is one slot; sharding is several prefixes, and each works on its own node."""
+    client = RedisCluster.from_url(cluster.url)
+    nodes: dict[str, set[str]] = {}
+    try:
+        for i in range(12):
+            prefix = f"shard{i}-{uuid.uuid4().hex[:6]}"
+            with open_store(f"{cluster.url}?cluster=true&prefix={prefix}") as store:
+                store.put(checkpoint(f"r{i}"), key="k")
+                assert store.get("k") is not None
+            keys = [k.decode() for k in client.scan_iter(match="{" + prefix + "}*", count=1000)]
+            assert keys and len({key_slot(k.encode()) for k in keys}) == 1
+            node = client.get_node_from_key(keys[0])
+            nodes.setdefault(node.name, set()).add(prefix)
+        assert len(nodes) == 3  # 12 random prefixes all on one of three nodes: ~1e-5
+    finally:
+        client.close()
+
+
+def test_the_durability_check_asks_the_node_that_holds_the_store(
+    cluster: RedisClusterServers,
+) -> None:
+    """The nodes run with AOF; one turned volatile warns the stores on its slots only (a
+    pipelined CONFIG GET, as on one server, is refused by the cluster client)."""
+    client = RedisCluster.from_url(cluster.url)
+    prefixes = [f"d{i}-{uuid.uuid4().hex[:6]}" for i in range(12)]
+    node_of = {p: client.get_node_from_key("{" + p + "}") for p in prefixes}
+    volatile = node_of[prefixes[0]]
+    elsewhere = next(p for p in prefixes if node_of[p].name != volatile.name)
+
+    def warned(prefix: str) -> bool:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with open_store(f"{cluster.url}?cluster=true&prefix={prefix}") as store:
+                store.put(checkpoint(), key="k")
+        return [w.category for w in caught] == [VolatileRedisWarning]
+
+    try:
+        assert not warned(prefixes[0])
+        client.config_set("appendonly", "no", target_nodes=volatile)
+        client.config_set("save", "", target_nodes=volatile)
+        assert warned(prefixes[0])
+        assert not warned(elsewhere)
+    finally:
+        client.config_set("appendonly", "yes", target_nodes=volatile)
+        client.close()
+
+
+def test_cluster_must_be_true_or_false(cluster: RedisClusterServers) -> None:
+    with pytest.raises(InvalidKeyError, match="redis option cluster must be true or false"):
+        open_store(f"{cluster.url}?cluster=maybe")
