@@ -381,5 +381,7 @@ class _StoreContract:
         other = Store(store.backend)
         store.close()
         assert other.closed
-        with pytest.raises(StoreClosedError):
+        with pytest.raises(StoreClosedError) as caught:
             other.get("k")
+        assert caught.value.code == "ERR_STORE_CLOSED"
+        assert caught.value.backend == store.backend.name
