@@ -5,6 +5,8 @@ store, and stores with different prefixes spread over the nodes."""
 
 from __future__ import annotations
 
+import signal
+import time
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -12,11 +14,13 @@ from collections.abc import Iterator
 import pytest
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import ClusterDownError, SlotNotCoveredError
 from support.redis_server import RedisClusterServers, need_redis_server
 
 from agent_checkpoint import Store, open_store
 from agent_checkpoint.backends.redis import RedisBackend, VolatileRedisWarning
-from agent_checkpoint.errors import InvalidKeyError
+from agent_checkpoint.errors import BackendUnavailableError, InvalidKeyError
+from agent_checkpoint.store import RetryPolicy
 from agent_checkpoint.testing import (
     AppendingConformance,
     ClaimsConformance,
@@ -108,6 +112,49 @@ def test_the_durability_check_asks_the_node_that_holds_the_store(
     finally:
         client.config_set("appendonly", "yes", target_nodes=volatile)
         client.close()
+
+
+def test_a_dead_node_makes_its_stores_unavailable_then_the_cluster_refuses_all() -> None:
+    """A node killed: the stores on its slots fail at once as transient (retried, then
+    ``BackendUnavailableError``) while the others keep working; once the cluster marks the
+    node failed (no replica to promote) every store gets CLUSTERDOWN, also transient. No
+    driver exception escapes."""
+    need_redis_server()
+    servers = RedisClusterServers(3)
+    servers.start()
+    try:
+        client = RedisCluster.from_url(servers.url)
+        prefixes = [f"n{i}-{uuid.uuid4().hex[:6]}" for i in range(12)]
+        port_of = {p: client.get_node_from_key("{" + p + "}").port for p in prefixes}
+        client.close()
+        doomed = prefixes[0]
+        spared = next(p for p in prefixes if port_of[p] != port_of[doomed])
+        brief = RetryPolicy(attempts=2, deadline=2)
+        stores = {
+            p: open_store(f"{servers.url}?cluster=true&prefix={p}", retry=brief)
+            for p in (doomed, spared)
+        }
+        for store in stores.values():
+            store.put(checkpoint(), key="k")
+        next(s for s in servers.servers if s.port == port_of[doomed]).stop(signal.SIGKILL)
+
+        with pytest.raises(BackendUnavailableError):
+            stores[doomed].get("k")
+        assert stores[spared].get("k") is not None  # before the cluster notices
+
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                stores[spared].get("k")
+            except BackendUnavailableError as exc:
+                assert isinstance(exc.__cause__, (ClusterDownError, SlotNotCoveredError))
+                break
+            assert time.monotonic() < deadline, "the cluster never marked the node failed"
+            time.sleep(0.2)
+        for store in stores.values():
+            store.close()
+    finally:
+        servers.cleanup()
 
 
 def test_cluster_must_be_true_or_false(cluster: RedisClusterServers) -> None:

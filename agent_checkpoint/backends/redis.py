@@ -40,8 +40,15 @@ from redis._parsers.encoders import Encoder
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.connection import PythonRespSerializer
+from redis.exceptions import (
+    ClusterDownError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError, RedisError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -74,7 +81,17 @@ __all__ = ["DEFAULT_PREFIX", "RedisBackend", "VolatileRedisWarning"]
 DEFAULT_PREFIX = "agent-checkpoint"
 MAX_BATCH = 2000
 
-TRANSIENT = (RedisConnectionError, RedisTimeoutError, TryAgainError, ReadOnlyError)
+# A cluster that lost a node answers CLUSTERDOWN, or leaves slots uncovered, until a replica
+# takes over: transient, like a refused connection.
+TRANSIENT = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    TryAgainError,
+    ReadOnlyError,
+    ClusterDownError,
+    SlotNotCoveredError,
+)
+FATAL = (RedisError, RedisClusterException)  # the cluster client's own errors are no RedisError
 STAGE_BYTES = 64 * 1024
 """A segment this large is written by a plain RPUSH to a staging list that the write script
 renames into place: passed to Lua as an argument, 1.3 MB costs ~1.8 ms more than the write."""
@@ -138,7 +155,7 @@ class RedisBackend(Closable):
             "command_packer",
             PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode),  # type: ignore[no-untyped-call]
         )
-        with translate_errors(cls.name, "connect", transient=TRANSIENT, fatal=(RedisError,)):
+        with translate_errors(cls.name, "connect", transient=TRANSIENT, fatal=FATAL):
             # A cluster client finds every node from this one; all of a store's keys share the
             # {prefix} hash tag, so each operation still goes to one node, in one round trip.
             made = RedisCluster.from_url if cluster else redis.Redis.from_url
@@ -367,7 +384,7 @@ class RedisBackend(Closable):
 
     def _errors(self, operation: str) -> AbstractContextManager[None]:
         self._durability()
-        return translate_errors(self.name, operation, transient=TRANSIENT, fatal=(RedisError,))
+        return translate_errors(self.name, operation, transient=TRANSIENT, fatal=FATAL)
 
     def _choose_index(self, query: Query) -> str:
         """The most selective index for the query's filters (ZCARD decides between several)."""

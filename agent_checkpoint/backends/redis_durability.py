@@ -10,7 +10,7 @@ from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ClusterDownError, RedisClusterException, RedisError, ResponseError
 
 __all__ = ["DurabilityCheck", "VolatileRedisWarning"]
 
@@ -36,10 +36,12 @@ class DurabilityCheck:
                 return
             try:
                 appendonly, save = self._settings()
+            except ClusterDownError:
+                return  # a cluster between failovers: ask again on the next operation
             except ResponseError:
                 self.checked = True  # CONFIG renamed or denied (managed Redis): cannot tell
                 return
-            except RedisError:
+            except (RedisError, RedisClusterException):
                 return  # unreachable now: the operation itself will report it
             self.checked = True
             if appendonly == "no" and save == "":
@@ -56,7 +58,9 @@ class DurabilityCheck:
         client: Any = self._client
         if isinstance(client, RedisCluster):  # the primary that owns the prefix's slot
             node = client.get_node_from_key("{" + self._prefix + "}")  # type: ignore[no-untyped-call]
-            replies = [client.config_get(name, target_nodes=node) for name in ("appendonly", "save")]
+            replies = [
+                client.config_get(name, target_nodes=node) for name in ("appendonly", "save")
+            ]
         else:
             pipe = client.pipeline(transaction=False)  # one round trip
             pipe.config_get("appendonly")

@@ -57,6 +57,7 @@ class RedisServer:
         if self.cluster:
             # the bus port defaults to port + 10000, past 65535 for many free ports: pick one
             args += ["--cluster-enabled", "yes", "--cluster-port", str(free_port())]
+            args += ["--cluster-node-timeout", "1000"]  # a dead node is marked failed in ~1 s
             args += ["--cluster-config-file", str(self.dir / "nodes.conf")]
         if self.appendonly:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
