@@ -278,7 +278,7 @@ class Store:
     @property
     def closed(self) -> bool:
         """``close()`` was called on this store or on its backend."""
-        return self._closed or bool(getattr(self.backend, "closed", False))
+        return self._closed or getattr(self.backend, "closed", False) is True  # not a method
 
     def __enter__(self) -> Store:
         return self

@@ -141,3 +141,18 @@ def test_appends_past_the_segment_limit_merge_in_the_backend_instead_of_rewritin
     assert merged is not None and written is not None and merged["data"] == written["data"]
     got = store.get("k")
     assert got is not None and got.history == history
+
+
+def test_a_third_party_closed_method_does_not_read_as_a_closed_store() -> None:
+    """Only a ``closed`` that is ``True`` closes a store: a backend of someone else's whose
+    ``closed`` is a method (truthy, never called) keeps working."""
+    from agent_checkpoint.backends.memory import MemoryBackend
+    from agent_checkpoint.testing import checkpoint
+
+    class Wrapped(MemoryBackend):
+        def closed(self) -> bool:  # type: ignore[override]
+            return False
+
+    store = Store(Wrapped())
+    store.put(checkpoint(), key="k")
+    assert not store.closed and store.get("k") is not None
