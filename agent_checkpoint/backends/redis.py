@@ -27,30 +27,12 @@ scripts: a large first segment is staged in one round trip and written in a seco
 
 from __future__ import annotations
 
-import functools
-import inspect
 import uuid
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import redis
-from redis._parsers.encoders import Encoder
-from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
-from redis.connection import PythonRespSerializer
-from redis.exceptions import (
-    ClusterDownError,
-    ReadOnlyError,
-    RedisClusterException,
-    RedisError,
-    SlotNotCoveredError,
-    TryAgainError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
 from ..errors import (
     ConflictError,
@@ -59,6 +41,7 @@ from ..errors import (
     UnsupportedOperationError,
 )
 from .base import Closable, Query, Record, Summary, is_after, matches, translate_errors
+from .redis_connect import FATAL, TRANSIENT, Client, connect
 from .redis_durability import DurabilityCheck, VolatileRedisWarning
 from .redis_layout import (
     FIELDS,
@@ -74,24 +57,11 @@ from .redis_layout import (
 )
 from .redis_scripts import DROP, PAGE, WRITE
 from .segments import Split, assemble
-from .url_options import flag, number, refuse_unknown
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend", "VolatileRedisWarning"]
 
 DEFAULT_PREFIX = "agent-checkpoint"
 MAX_BATCH = 2000
-
-# A cluster that lost a node answers CLUSTERDOWN, or leaves slots uncovered, until a replica
-# takes over: transient, like a refused connection.
-TRANSIENT = (
-    RedisConnectionError,
-    RedisTimeoutError,
-    TryAgainError,
-    ReadOnlyError,
-    ClusterDownError,
-    SlotNotCoveredError,
-)
-FATAL = (RedisError, RedisClusterException)  # the cluster client's own errors are no RedisError
 STAGE_BYTES = 64 * 1024
 """A segment this large is written by a plain RPUSH to a staging list that the write script
 renames into place: passed to Lua as an argument, 1.3 MB costs ~1.8 ms more than the write."""
@@ -105,7 +75,7 @@ class RedisBackend(Closable):
 
     def __init__(
         self,
-        client: redis.Redis | RedisCluster,
+        client: Client,
         *,
         prefix: str = DEFAULT_PREFIX,
         ttl: float | None = None,
@@ -135,37 +105,8 @@ class RedisBackend(Closable):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisBackend:
-        parts = urlsplit(url)
-        query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        hint = "this library's: prefix, ttl, cluster; else redis-py's connection options"
-        refuse_unknown("redis", query, _url_options(parts.scheme), hint=hint)
-        prefix = options.pop("prefix", query.pop("prefix", DEFAULT_PREFIX))
-        ttl = options.pop("ttl", query.pop("ttl", None))
-        cluster = flag("redis", "cluster", options.pop("cluster", query.pop("cluster", False)))
-        url = urlunsplit(parts._replace(query=urlencode(query)))
-        # The Store's tenacity policy governs retries; redis-py's own would hide outages.
-        options.setdefault("retry", Retry(NoBackoff(), 0))
-        options.setdefault("retry_on_error", [])
-        options.setdefault("socket_connect_timeout", 5.0)
-        options.setdefault("socket_timeout", 10.0)
-        options["decode_responses"] = False
-        # hiredis parses replies fast, but its command packer copies every argument into one
-        # buffer: 2 ms for a 1.3 MB segment, which redis-py's own packer sends as it is.
-        options.setdefault(
-            "command_packer",
-            PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode),  # type: ignore[no-untyped-call]
-        )
-        with translate_errors(cls.name, "connect", transient=TRANSIENT, fatal=FATAL):
-            # A cluster client finds every node from this one; all of a store's keys share the
-            # {prefix} hash tag, so each operation still goes to one node, in one round trip.
-            made = RedisCluster.from_url if cluster else redis.Redis.from_url
-            client = made(url, **options)
-        return cls(
-            client,
-            prefix=prefix,
-            ttl=None if ttl in (None, "") else number("redis", "ttl", ttl, positive=True),
-            owns_client=True,
-        )
+        client, prefix, ttl = connect(url, options, default_prefix=DEFAULT_PREFIX)
+        return cls(client, prefix=prefix, ttl=ttl, owns_client=True)
 
     # -- records -------------------------------------------------------------------------
 
@@ -404,18 +345,3 @@ class RedisBackend(Closable):
         position, column, wanted = page_filter(self._base, index)
         reply = self._page([index], [self._base, low, high, count, position, column, wanted])
         return reply[0], int(reply[1]), reply[2:]
-
-
-@functools.cache
-def _url_options(scheme: str) -> frozenset[str]:
-    """What a redis URL's query may set: ours, and what redis-py passes on to the connection
-    class of the scheme (an option it does not know fails only at the first command)."""
-    kind = {
-        "rediss": redis.connection.SSLConnection,
-        "unix": redis.connection.UnixDomainSocketConnection,
-    }
-    names = {"prefix", "ttl", "cluster", *redis.connection.URL_QUERY_ARGUMENT_PARSERS}
-    for cls in kind.get(scheme, redis.connection.Connection).__mro__:
-        if "__init__" in cls.__dict__:
-            names.update(inspect.signature(cls.__dict__["__init__"]).parameters)
-    return frozenset(names - {"self", "args", "kwargs"})

@@ -8,9 +8,10 @@ import threading
 import warnings
 from typing import Any
 
-import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import ClusterDownError, RedisClusterException, RedisError, ResponseError
+
+from .redis_connect import Client
 
 __all__ = ["DurabilityCheck", "VolatileRedisWarning"]
 
@@ -22,7 +23,7 @@ class VolatileRedisWarning(RuntimeWarning):
 class DurabilityCheck:
     """Called before each operation of a store; asks the server once it can answer."""
 
-    def __init__(self, client: redis.Redis | RedisCluster, prefix: str) -> None:
+    def __init__(self, client: Client, prefix: str) -> None:
         self._client = client
         self._prefix = prefix
         self.checked = False

@@ -1,0 +1,96 @@
+"""How the Redis backend reaches its server (``redis.py`` holds the backend): the client
+``from_url`` builds, on one server or a Redis Cluster, the URL options it takes, and which of
+redis-py's errors are transient.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis
+from redis._parsers.encoders import Encoder
+from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.connection import PythonRespSerializer
+from redis.exceptions import (
+    ClusterDownError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from .base import translate_errors
+from .url_options import flag, number, refuse_unknown
+
+__all__ = ["FATAL", "TRANSIENT", "Client", "connect"]
+
+Client = redis.Redis | RedisCluster
+
+# A cluster that lost a node answers CLUSTERDOWN, or leaves slots uncovered, until a replica
+# takes over: transient, like a refused connection.
+TRANSIENT = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    TryAgainError,
+    ReadOnlyError,
+    ClusterDownError,
+    SlotNotCoveredError,
+)
+FATAL = (RedisError, RedisClusterException)  # the cluster client's own errors are no RedisError
+
+
+def connect(
+    url: str, options: dict[str, Any], *, default_prefix: str
+) -> tuple[Client, str, float | None]:
+    """A new client for ``url`` (``from_url`` owns it), and the store's prefix and ttl, from
+    the URL's query or ``options`` (which win)."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    hint = "this library's: prefix, ttl, cluster; else redis-py's connection options"
+    refuse_unknown("redis", query, _url_options(parts.scheme), hint=hint)
+    prefix = options.pop("prefix", query.pop("prefix", default_prefix))
+    ttl = options.pop("ttl", query.pop("ttl", None))
+    cluster = flag("redis", "cluster", options.pop("cluster", query.pop("cluster", False)))
+    url = urlunsplit(parts._replace(query=urlencode(query)))
+    # The Store's tenacity policy governs retries; redis-py's own would hide outages.
+    options.setdefault("retry", Retry(NoBackoff(), 0))
+    options.setdefault("retry_on_error", [])
+    options.setdefault("socket_connect_timeout", 5.0)
+    options.setdefault("socket_timeout", 10.0)
+    options["decode_responses"] = False
+    # hiredis parses replies fast, but its command packer copies every argument into one
+    # buffer: 2 ms for a 1.3 MB segment, which redis-py's own packer sends as it is.
+    options.setdefault(
+        "command_packer",
+        PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode),  # type: ignore[no-untyped-call]
+    )
+    with translate_errors("redis", "connect", transient=TRANSIENT, fatal=FATAL):
+        # A cluster client finds every node from this one; all of a store's keys share the
+        # {prefix} hash tag, so each operation still goes to one node, in one round trip.
+        made = RedisCluster.from_url if cluster else redis.Redis.from_url
+        client = made(url, **options)
+    seconds = None if ttl in (None, "") else number("redis", "ttl", ttl, positive=True)
+    return client, prefix, seconds
+
+
+@functools.cache
+def _url_options(scheme: str) -> frozenset[str]:
+    """What a redis URL's query may set: ours, and what redis-py passes on to the connection
+    class of the scheme (an option it does not know fails only at the first command)."""
+    kind = {
+        "rediss": redis.connection.SSLConnection,
+        "unix": redis.connection.UnixDomainSocketConnection,
+    }
+    names = {"prefix", "ttl", "cluster", *redis.connection.URL_QUERY_ARGUMENT_PARSERS}
+    for cls in kind.get(scheme, redis.connection.Connection).__mro__:
+        if "__init__" in cls.__dict__:
+            names.update(inspect.signature(cls.__dict__["__init__"]).parameters)
+    return frozenset(names - {"self", "args", "kwargs"})
