@@ -157,6 +157,34 @@ def test_a_dead_node_makes_its_stores_unavailable_then_the_cluster_refuses_all()
         servers.cleanup()
 
 
+def test_after_a_failover_the_store_follows_the_promoted_replica() -> None:
+    """A primary killed, its replica promoted (~2-5 s at the tests' 1 s node timeout): the
+    Store's retries carry a get and a put across the failover, and the record written (and
+    replicated) before the kill is there. redis-py re-reads the slot map after a failed single
+    command only, not after a failed pipeline (every load is one); without the backend asking
+    again, the store kept calling the dead primary until its retries ran out."""
+    need_redis_server()
+    servers = RedisClusterServers(3, replicas=1)
+    servers.start()
+    try:
+        admin = RedisCluster.from_url(servers.url)
+        prefix = f"fo-{uuid.uuid4().hex[:6]}"
+        primary = admin.get_node_from_key("{" + prefix + "}")
+        patient = RetryPolicy(attempts=100, initial=0.05, maximum=0.5, deadline=30)
+        with open_store(f"{servers.url}?cluster=true&prefix={prefix}", retry=patient) as store:
+            store.put(checkpoint("r1", text="before"), key="k")
+            assert admin.execute_command("WAIT", 1, 5000, target_nodes=primary) == 1
+            next(s for s in servers.servers if s.port == primary.port).stop(signal.SIGKILL)
+
+            got = store.get("k")
+            assert got is not None and got.history[0].content == "before 0"
+            store.put(checkpoint("r1", text="after"), key="k")
+            assert store.head("k").revision == 2  # type: ignore[union-attr]
+        admin.close()
+    finally:
+        servers.cleanup()
+
+
 def test_cluster_must_be_true_or_false(cluster: RedisClusterServers) -> None:
     with pytest.raises(InvalidKeyError, match="redis option cluster must be true or false"):
         open_store(f"{cluster.url}?cluster=maybe")

@@ -28,7 +28,8 @@ scripts: a large first segment is staged in one round trip and written in a seco
 from __future__ import annotations
 
 import uuid
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -41,7 +42,7 @@ from ..errors import (
     UnsupportedOperationError,
 )
 from .base import Closable, Query, Record, Summary, is_after, matches, translate_errors
-from .redis_connect import FATAL, TRANSIENT, Client, connect
+from .redis_connect import FATAL, TRANSIENT, Client, connect, refresh_topology
 from .redis_durability import DurabilityCheck, VolatileRedisWarning
 from .redis_layout import (
     FIELDS,
@@ -323,9 +324,16 @@ class RedisBackend(Closable):
         """A record's keys: its hash and its segment list."""
         return [self._base + "r:" + key, self._base + "s:" + key]
 
-    def _errors(self, operation: str) -> AbstractContextManager[None]:
+    @contextmanager
+    def _errors(self, operation: str) -> Iterator[None]:
         self._durability()
-        return translate_errors(self.name, operation, transient=TRANSIENT, fatal=FATAL)
+        with translate_errors(self.name, operation, transient=TRANSIENT, fatal=FATAL):
+            try:
+                yield
+            except TRANSIENT:
+                if self._cluster:  # a failover may have moved the slot: re-read the map
+                    refresh_topology(self._client)
+                raise
 
     def _choose_index(self, query: Query) -> str:
         """The most selective index for the query's filters (ZCARD decides between several)."""

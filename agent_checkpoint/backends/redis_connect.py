@@ -5,6 +5,7 @@ redis-py's errors are transient.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from typing import Any
@@ -30,7 +31,7 @@ from redis.retry import Retry
 from .base import translate_errors
 from .url_options import flag, number, refuse_unknown
 
-__all__ = ["FATAL", "TRANSIENT", "Client", "connect"]
+__all__ = ["FATAL", "TRANSIENT", "Client", "connect", "refresh_topology"]
 
 Client = redis.Redis | RedisCluster
 
@@ -79,6 +80,16 @@ def connect(
         client = made(url, **options)
     seconds = None if ttl in (None, "") else number("redis", "ttl", ttl, positive=True)
     return client, prefix, seconds
+
+
+def refresh_topology(client: Client) -> None:
+    """Ask a cluster for its slot map again. redis-py does so after a failed single command,
+    but not after a failed pipeline, and its own retries are off (the Store's govern): without
+    this, a store keeps sending to a dead primary after its replica took over. Best effort:
+    a cluster that cannot answer now is asked again after the next failure."""
+    if isinstance(client, RedisCluster):
+        with contextlib.suppress(*TRANSIENT, *FATAL):
+            client.nodes_manager.initialize()
 
 
 @functools.cache

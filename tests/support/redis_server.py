@@ -112,12 +112,13 @@ def need_redis_server() -> None:
 
 
 class RedisClusterServers:
-    """``count`` cluster-mode ``redis-server`` primaries on free ports, their slots assigned
-    by ``redis-cli --cluster create``; ``url`` names the first (a cluster client finds the
-    others from it)."""
+    """``count`` cluster-mode ``redis-server`` primaries on free ports (each with ``replicas``
+    replicas), their slots assigned by ``redis-cli --cluster create``; ``url`` names the first
+    (a cluster client finds the others from it)."""
 
-    def __init__(self, count: int = 3) -> None:
-        self.servers = [RedisServer(cluster=True) for _ in range(count)]
+    def __init__(self, count: int = 3, *, replicas: int = 0) -> None:
+        self.replicas = replicas
+        self.servers = [RedisServer(cluster=True) for _ in range(count * (1 + replicas))]
 
     @property
     def url(self) -> str:
@@ -128,7 +129,8 @@ class RedisClusterServers:
             for server in self.servers:
                 server.start()
             nodes = [f"127.0.0.1:{server.port}" for server in self.servers]
-            create = [REDIS_CLI, "--cluster", "create", *nodes, "--cluster-replicas", "0"]
+            create = [REDIS_CLI, "--cluster", "create", *nodes]
+            create += ["--cluster-replicas", str(self.replicas)]
             subprocess.run(
                 [*create, "--cluster-yes"], check=True, capture_output=True, timeout=timeout
             )
