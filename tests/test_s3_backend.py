@@ -8,7 +8,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import botocore.exceptions
@@ -143,23 +143,29 @@ def test_first_use_of_a_missing_bucket_from_many_threads_and_clients_succeeds(
 
 
 @contextmanager
-def gateway_reports_missing(client: Any, times: int) -> Iterator[list[str]]:
-    """The server's answer to the next ``times`` listings made "NoSuchBucket", as a SeaweedFS
-    gateway answers for up to 30 s when a request racing a create caches the miss (the race
-    itself is too rare to provoke on demand). Yields the listings seen, for the test to count."""
+def gateway_answers(client: Any, code: str, status: int, times: int) -> Iterator[list[str]]:
+    """The server's answer to the next ``times`` listings made ``code`` (``status``), as a
+    gateway gives it; yields the listings seen, for the test to count."""
     seen: list[str] = []
 
-    def stale_miss(**_: object) -> None:
+    def answer(**_: object) -> None:
         seen.append("list")
         if len(seen) <= times:
-            error = {"Error": {"Code": "NoSuchBucket"}, "ResponseMetadata": {"HTTPStatusCode": 404}}
+            error = {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
             raise botocore.exceptions.ClientError(error, "ListObjectsV2")  # type: ignore[arg-type]
 
-    client.meta.events.register("before-call.s3.ListObjectsV2", stale_miss)
+    client.meta.events.register("before-call.s3.ListObjectsV2", answer)
     try:
         yield seen
     finally:
-        client.meta.events.unregister("before-call.s3.ListObjectsV2", stale_miss)
+        client.meta.events.unregister("before-call.s3.ListObjectsV2", answer)
+
+
+def gateway_reports_missing(client: Any, times: int) -> AbstractContextManager[list[str]]:
+    """ "NoSuchBucket" for the next ``times`` listings, as a SeaweedFS gateway answers for up
+    to 30 s when a request racing a create caches the miss (the race itself is too rare to
+    provoke on demand)."""
+    return gateway_answers(client, "NoSuchBucket", 404, times)
 
 
 def test_a_bucket_the_server_briefly_reports_missing_after_its_creation_is_waited_for(
@@ -187,6 +193,28 @@ def test_a_created_bucket_that_never_shows_up_is_an_error_naming_it(
         with pytest.raises(BackendError, match=f"bucket '{bucket}' does not exist"):
             Store(backend).get("k")
     client.delete_bucket(Bucket=bucket)
+
+
+def test_a_policy_that_may_create_the_bucket_but_not_list_it_still_works(client: Any) -> None:
+    """Listing refused (403) before and after the create proves nothing either way: the store
+    goes on, as it does when the bucket exists and listing is refused."""
+    bucket = f"nolist-{uuid.uuid4().hex[:8]}"
+    with gateway_answers(client, "AccessDenied", 403, times=2) as listings:
+        backend = S3Backend.from_url(f"s3://{bucket}/p", client=client, create_bucket=True)
+        with Store(backend) as store:
+            store.put(checkpoint(), key="k")
+            assert store.get("k") is not None
+    assert len(listings) == 2  # the check, then the wait after the create: no more
+    purge(client, bucket, "")
+    client.delete_bucket(Bucket=bucket)
+
+
+def test_a_policy_scoped_to_the_prefix_that_denies_the_check_still_works(client: Any) -> None:
+    backend = S3Backend.from_url(f"s3://{BUCKET}/scoped-{uuid.uuid4().hex[:6]}", client=client)
+    with gateway_answers(client, "AccessDenied", 403, times=1) as listings, Store(backend) as store:
+        store.put(checkpoint(), key="k")
+        assert store.get("k") is not None
+    assert len(listings) == 1  # checked once; nothing created, nothing waited for
 
 
 def test_wrong_credentials_are_a_backend_error_not_a_transient_one(s3_server: S3Server) -> None:

@@ -104,7 +104,8 @@ class S3Bucket:
         """A missing bucket would read as missing keys (a GET's 404 on a key names no bucket),
         so the first operation checks the bucket once, one thread at a time, with a listing
         of one key: it reaches the bucket the way object requests do, and needs what HeadBucket
-        needs (s3:ListBucket). A 403 (a policy scoped to the prefix) proves nothing."""
+        needs (s3:ListBucket). A 403 (a policy scoped to the prefix) proves nothing: with
+        ``create_bucket`` the create is tried anyway, and a 403 to it is no answer either."""
         if self._bucket_checked:
             return
         with self._bucket_lock, self._translate(operation):
@@ -114,6 +115,9 @@ class S3Bucket:
                 self._probe()
             except ClientError as exc:
                 if error_status(exc) == 403:
+                    if self._create:
+                        self._create_bucket(denied_is_fine=True)
+                        self._await_bucket()
                     self._bucket_checked = True
                     return
                 if error_status(exc) != 404:
@@ -132,7 +136,7 @@ class S3Bucket:
     def _probe(self) -> None:
         self.client.list_objects_v2(Bucket=self.bucket, Prefix=self._records, MaxKeys=1)
 
-    def _create_bucket(self) -> None:
+    def _create_bucket(self, *, denied_is_fine: bool = False) -> None:
         """Create the bucket; another client creating it first is success. Matched by error
         code, not by ``client.exceptions``: botocore builds those classes lazily and threads
         racing the first call can get different classes for the same code."""
@@ -143,18 +147,25 @@ class S3Bucket:
             else:
                 self.client.create_bucket(Bucket=self.bucket)
         except ClientError as exc:
-            if error_code(exc) != "BucketAlreadyOwnedByYou":
+            if error_code(exc) == "BucketAlreadyOwnedByYou":
+                return
+            if not (denied_is_fine and error_status(exc) == 403):
                 raise
 
     def _await_bucket(self) -> None:
         """Return once the bucket just created (by us or by a racing client) is seen; still
-        missing after ``VISIBLE_WITHIN`` seconds, ``NoSuchBucket`` is raised."""
-        Retrying(
-            retry=retry_if_exception(_not_yet_visible),
-            wait=wait_random_exponential(multiplier=0.05, max=2.0),
-            stop=stop_after_delay(VISIBLE_WITHIN),
-            reraise=True,
-        )(self._probe)
+        missing after ``VISIBLE_WITHIN`` seconds, ``NoSuchBucket`` is raised. A 403 (a
+        policy that allows creating the bucket but not listing it) cannot tell: go on."""
+        try:
+            Retrying(
+                retry=retry_if_exception(_not_yet_visible),
+                wait=wait_random_exponential(multiplier=0.05, max=2.0),
+                stop=stop_after_delay(VISIBLE_WITHIN),
+                reraise=True,
+            )(self._probe)
+        except ClientError as exc:
+            if error_status(exc) != 403:
+                raise
 
     @contextmanager
     def _translate(self, operation: str) -> Iterator[None]:
