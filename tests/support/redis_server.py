@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
@@ -142,6 +143,16 @@ class RedisClusterServers:
         except BaseException:
             self.cleanup()
             raise
+
+    def replicated(self, client: Any, node: Any, timeout: float = 30.0) -> None:
+        """Wait until ``node``'s writes so far reached its replicas (a replica may still be
+        syncing right after the cluster was created)."""
+        deadline = time.monotonic() + timeout
+        while (
+            client.execute_command("WAIT", self.replicas, 1000, target_nodes=node) < self.replicas
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the replicas of {node.name} did not catch up")
 
     def cleanup(self) -> None:
         for server in self.servers:
