@@ -160,6 +160,7 @@ def test_a_dead_workers_runs_are_taken_after_its_lease_expires(
         assert time.monotonic() < deadline and doomed.poll() is None, doomed.stderr
         time.sleep(0.02)
     stolen = claimed.read_text()
+    assert stolen in keys  # the worker renames the file into place once it is written
     doomed.send_signal(signal.SIGKILL)
     doomed.wait()
 
@@ -187,7 +188,7 @@ def test_a_dead_workers_runs_are_taken_after_its_lease_expires(
 
 @pytest.mark.slow
 def test_a_stalled_workers_late_write_is_refused(store_url: str, tmp_path: Path) -> None:
-    seed_failed_runs(store_url, 3)
+    keys = seed_failed_runs(store_url, 3)
     logdir = tmp_path / "logs"
     logdir.mkdir()
     stalled = start_worker(store_url, "stalled", logdir, "--ttl", "2", "--hang-on-first")
@@ -197,6 +198,7 @@ def test_a_stalled_workers_late_write_is_refused(store_url: str, tmp_path: Path)
         assert time.monotonic() < deadline and stalled.poll() is None, stalled.stderr
         time.sleep(0.02)
     stolen = claimed.read_text()
+    assert stolen in keys  # the worker renames the file into place once it is written
     stalled.send_signal(signal.SIGSTOP)  # a worker frozen mid-run (GC pause, swapped out...)
     time.sleep(2.5)
     rescuer = start_worker(store_url, "rescuer", logdir)

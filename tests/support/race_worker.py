@@ -30,7 +30,9 @@ def main() -> int:
         nonlocal calls
         calls += 1
         if hang and calls == 1:
-            (logdir / f"{worker}.claimed").write_text(claim.key)
+            # written whole, then renamed: the test polls for the file and reads it at once
+            (logdir / f"{worker}.claimed.tmp").write_text(claim.key)
+            (logdir / f"{worker}.claimed.tmp").replace(logdir / f"{worker}.claimed")
             while not (logdir / f"{worker}.go").exists():
                 time.sleep(0.02)
         log.write(f"{claim.key}\n")
