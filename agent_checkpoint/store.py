@@ -316,7 +316,7 @@ class Store:
     def call(self, fn: Callable[[], T]) -> T:
         """Run a backend operation under this store's retry policy."""
         if self.closed:
-            raise closed_error(str(getattr(self.backend, "name", "store")))
+            raise closed_error(self.backend.name)
         for attempt in self.retry.retrying():
             with attempt:
                 return fn()

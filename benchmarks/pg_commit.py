@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import servers
 import workload
+from ours import FIRST  # the first message of every run the harness stores
 
 from agent_checkpoint import RunCheckpoint, open_store
 
-FIRST = "Reconcile the refunds of last quarter and report the totals."
 ASYNC = "-c synchronous_commit=off"
 
 

@@ -29,10 +29,6 @@ from agent_checkpoint.testing import (
     checkpoint,
 )
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore::agent_checkpoint.backends.redis.VolatileRedisWarning"
-)
-
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RedisClusterServers]:

@@ -102,7 +102,6 @@ class PostgresBackend(Closable):
         self.schema = schema
         self.table = table
         self._owns_pool = owns_pool
-        self._closed = False
         self._siblings: dict[str, PostgresBackend] = {}
         self._siblings_lock = threading.Lock()
         self._names = object_names(schema, table)

@@ -94,7 +94,6 @@ class RedisBackend(Closable):
         self._client = client
         self._cluster = isinstance(client, RedisCluster)
         self._owns = owns_client
-        self._closed = False
         self.prefix = prefix
         self.ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
         self._base = f"{{{prefix}}}:"
@@ -331,8 +330,7 @@ class RedisBackend(Closable):
             try:
                 yield
             except TRANSIENT:
-                if self._cluster:  # a failover may have moved the slot: re-read the map
-                    refresh_topology(self._client)
+                refresh_topology(self._client)  # on a cluster, a failover may have moved the slot
                 raise
 
     def _choose_index(self, query: Query) -> str:

@@ -82,7 +82,6 @@ class S3Backend(S3Reads, S3Cleanup):
         self._recent = RecentSegments(self.recent_segment_bytes)
         self._remembered: OrderedDict[str, Known] = OrderedDict()
         self._siblings: dict[str, S3Backend] = {}
-        self._closed = False
 
     @classmethod
     def from_url(

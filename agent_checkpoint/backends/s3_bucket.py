@@ -115,9 +115,8 @@ class S3Bucket:
                 self._probe()
             except ClientError as exc:
                 if error_status(exc) == 403:
-                    if self._create:
+                    if self._create:  # no wait after it: a listing cannot tell here either
                         self._create_bucket(denied_is_fine=True)
-                        self._await_bucket()
                     self._bucket_checked = True
                     return
                 if error_status(exc) != 404:
