@@ -224,6 +224,33 @@ def test_to_json_of_a_read_checkpoint_does_not_hand_out_its_own_messages() -> No
     assert checkpoint.to_json()["history"][0]["content"] == "hi"
 
 
+odd_tool_calls = st.sampled_from(
+    [["not an object"], [{"id": 7, "name": "t"}], [{"name": "t"}], {"id": "c"}, [], [{}]]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(messages(), max_size=8), st.data())
+def test_a_typed_history_writes_every_message_back_as_read(
+    history: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    for message in history:  # some tool calls of shapes the typed fields cannot hold
+        if "toolCalls" in message and data.draw(st.booleans()):
+            message["toolCalls"] = data.draw(odd_tool_calls)
+    doc = {
+        "version": 1,
+        "runId": "r",
+        "history": history,
+        "lastCompletedIteration": 0,
+        "originalInput": {"message": "go"},
+    }
+    typed = RunCheckpoint.from_json(orjson.loads(orjson.dumps(doc))).history
+    assert typed == tuple(Message.from_json(m) for m in history)  # one by one, the same
+    assert orjson.dumps([m.to_json() for m in typed]) == orjson.dumps(history)
+    twice = RunCheckpoint.from_json(orjson.loads(orjson.dumps(doc))).history
+    assert twice == typed  # readers compiled by the first read give the same values
+
+
 @pytest.mark.parametrize(
     "keys",
     [

@@ -156,8 +156,11 @@ class _Unread:
 
 
 def _history(value: Json) -> _Unread:
-    if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
+    if not isinstance(value, list):
         raise Mismatch
+    for m in value:  # a loop, not all(): a history holds thousands
+        if not isinstance(m, dict):
+            raise Mismatch
     return _Unread(value)
 
 
@@ -263,7 +266,7 @@ class RunCheckpoint(Struct):
             state = self.__dict__
             if name != "history" or "_unread" not in state:
                 raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-            history = tuple([Message.from_json(m) for m in state["_unread"].messages])
+            history = Message.from_json_many(state["_unread"].messages)
             state["history"] = history  # frozen for callers; filled once, by the reader
             return history
 
