@@ -74,3 +74,5 @@ start_postgres() {
 
 start_redis
 start_postgres
+# the disk store's fsync-ordering test watches a writer's system calls
+command -v strace >/dev/null || apt_install strace

@@ -1,14 +1,19 @@
-"""A writer killed with SIGKILL at random moments never leaves a torn record or a lying index."""
+"""Writers killed with SIGKILL never leave a torn record or a lying index; the index's pending
+mark is on the disk before a record file changes."""
 
 from __future__ import annotations
 
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from support.services import service_missing
 
 from agent_checkpoint import open_store
 
@@ -78,3 +83,63 @@ def test_sigkill_during_puts_leaves_old_or_new_records_and_a_true_listing(tmp_pa
                 assert listed[key].saved_at == record.summary.saved_at
                 assert listed[key].run_id == ckpt.run_id
                 assert ckpt.history[-1].content.startswith(f"{key} v{stored_version} ")
+
+
+TRACED = r"""
+import sys
+from agent_checkpoint import Message, RunCheckpoint, open_store
+
+store = open_store(sys.argv[1])
+history = [Message("user", "hi")]
+for step in ("create", "append", "rewrite"):
+    if step == "rewrite":
+        history = [Message("user", "a history that does not extend the stored one")]
+    else:
+        history.append(Message("assistant", step))
+    print(f"STEP {step}", flush=True)
+    store.put(RunCheckpoint.new("hi", history, run_id="r"), key="k")
+print("STEP delete", flush=True)
+store.delete("k")
+print("STEP end", flush=True)
+"""
+
+
+def test_the_pending_mark_reaches_the_disk_before_the_record_changes(tmp_path: Path) -> None:
+    """The index is not fsynced on every commit, so after a power loss it may miss its last
+    ones; the pending mark that makes the next listing re-read the record from its file must
+    therefore be on the disk before the record file is replaced or removed. Checked on the
+    system calls of a real writer: a sync of the index's WAL precedes each rename or unlink."""
+    strace = shutil.which("strace")
+    if strace is None:
+        service_missing("strace", "the strace binary is not installed (scripts/services.sh)")
+    log = tmp_path / "strace.log"
+    store = tmp_path / "store"
+    subprocess.run(
+        [strace, "-f", "-y", "-o", str(log), "-e",
+         "trace=fsync,fdatasync,rename,renameat,renameat2,unlink,unlinkat,write",
+         sys.executable, "-c", TRACED, str(store)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    steps: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in log.read_text().splitlines():
+        if "STEP " in line and "write(1" in line:
+            current = steps.setdefault(re.findall(r"STEP (\w+)", line)[0], [])
+        elif current is not None and "write(" not in line:
+            current.append(line)
+    assert list(steps) == ["create", "append", "rewrite", "delete", "end"]
+    records = f"{store}/records/"
+    for step in ("create", "append", "rewrite", "delete"):
+        calls = steps[step]
+        changes = [
+            i for i, call in enumerate(calls)
+            if ("rename" in call and f'"{records}' in call.split(",", 1)[1])
+            or ("unlink" in call and f'"{records}' in call and ".tmp" not in call)
+        ]  # fmt: skip
+        assert changes, (step, calls)
+        synced = [
+            i for i, call in enumerate(calls)
+            if call.split("(", 1)[0].split()[-1] in ("fsync", "fdatasync")
+            and "index.sqlite3-wal>" in call
+        ]  # fmt: skip
+        assert synced and synced[0] < changes[0], (step, calls)

@@ -88,7 +88,16 @@ class SummaryIndex:
         return conn
 
     def mark_pending(self, key: str) -> None:
-        self.db().execute("INSERT OR IGNORE INTO pending (key) VALUES (?)", (key,))
+        """Mark ``key`` mid-write, durably. Other commits are not synced (``NORMAL``: a power
+        loss may take the last of them), so this one must be: after a power loss it is what
+        makes the next listing read the key's summary from its record file again. Its sync
+        of the WAL costs ~8% of an append (1,000 appends, 3 runs each way)."""
+        db = self.db()
+        db.execute("PRAGMA synchronous=FULL")
+        try:
+            db.execute("INSERT OR IGNORE INTO pending (key) VALUES (?)", (key,))
+        finally:
+            db.execute("PRAGMA synchronous=NORMAL")
 
     def pending(self) -> list[str]:
         return [k for (k,) in self.db().execute("SELECT key FROM pending")]
