@@ -29,6 +29,7 @@
         ├── MissingDependencyError          (ImportError) a URL scheme whose extra is not installed
         └── BackendError                                  the backend failed; the driver's error is `__cause__`
             ├── StoreClosedError                          an operation after `close()`
+            ├── NotReplicatedError                        fewer replicas than asked confirmed a write
             └── BackendUnavailableError                   transient faults outlasted the retry budget
                 └── WriteOutcomeUnknownError              a retried write may have landed; read it back
 
@@ -57,6 +58,7 @@ __all__ = [
     "MigrationError",
     "MissingDependencyError",
     "NotFoundError",
+    "NotReplicatedError",
     "OwnershipConflictError",
     "RecordTooLargeError",
     "StoreClosedError",
@@ -238,6 +240,29 @@ class StoreClosedError(BackendError):
     gone, and an operation would leak new ones. Open the store again."""
 
     code = "ERR_STORE_CLOSED"
+
+
+class NotReplicatedError(BackendError):
+    """A write the primary applied, which fewer replicas than the store asks for (Redis
+    ``wait_replicas``) confirmed within its ``wait_timeout``: a failover now could lose it. Not
+    retried: the write is in place on the primary. Read it back, or put again."""
+
+    code = "ERR_NOT_REPLICATED"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        backend: str = "",
+        operation: str = "",
+        key: str = "",
+        wanted: int = 0,
+        confirmed: int = 0,
+    ) -> None:
+        super().__init__(message, backend=backend, operation=operation)
+        self.key = key
+        self.wanted = wanted
+        self.confirmed = confirmed
 
 
 class BackendUnavailableError(BackendError):

@@ -15,7 +15,7 @@ import pytest
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ClusterDownError, SlotNotCoveredError
-from support.redis_server import RedisClusterServers, need_redis_server
+from support.redis_server import RedisClusterServers, cluster_with_replicas, need_redis_server
 
 from agent_checkpoint import Store, open_store
 from agent_checkpoint.backends.redis import RedisBackend, VolatileRedisWarning
@@ -161,26 +161,19 @@ def test_after_a_failover_the_store_follows_the_promoted_replica() -> None:
     replicated) before the kill is there. redis-py re-reads the slot map after a failed single
     command only, not after a failed pipeline (every load is one); without the backend asking
     again, the store kept calling the dead primary until its retries ran out."""
-    need_redis_server()
-    servers = RedisClusterServers(3, replicas=1)
-    servers.start()
-    try:
-        admin = RedisCluster.from_url(servers.url)
-        prefix = f"fo-{uuid.uuid4().hex[:6]}"
-        primary = admin.get_node_from_key("{" + prefix + "}")
-        patient = RetryPolicy(attempts=100, initial=0.05, maximum=0.5, deadline=30)
-        with open_store(f"{servers.url}?cluster=true&prefix={prefix}", retry=patient) as store:
-            store.put(checkpoint("r1", text="before"), key="k")
-            servers.replicated(admin, primary)
-            next(s for s in servers.servers if s.port == primary.port).stop(signal.SIGKILL)
+    patient = RetryPolicy(attempts=100, initial=0.05, maximum=0.5, deadline=30)
+    with (
+        cluster_with_replicas("fo") as (servers, admin, prefix, primary),
+        open_store(f"{servers.url}?cluster=true&prefix={prefix}", retry=patient) as store,
+    ):
+        store.put(checkpoint("r1", text="before"), key="k")
+        servers.replicated(admin, primary)
+        servers.kill(primary)
 
-            got = store.get("k")
-            assert got is not None and got.history[0].content == "before 0"
-            store.put(checkpoint("r1", text="after"), key="k")
-            assert store.head("k").revision == 2  # type: ignore[union-attr]
-        admin.close()
-    finally:
-        servers.cleanup()
+        got = store.get("k")
+        assert got is not None and got.history[0].content == "before 0"
+        store.put(checkpoint("r1", text="after"), key="k")
+        assert store.head("k").revision == 2  # type: ignore[union-attr]
 
 
 def test_cluster_must_be_true_or_false(cluster: RedisClusterServers) -> None:

@@ -21,8 +21,12 @@ scan meets them, or by ``repair``. Writes are Lua scripts (``redis_scripts.py``)
 MULTI/EXEC of HMGET and LRANGE. A put and a get are one round trip each.
 
 On a Redis Cluster (``?cluster=true``, or a ``RedisCluster`` client) all of the above runs
-unchanged on the node that owns the store's slot, except that a cluster pipeline refuses
-scripts: a large first segment is staged in one round trip and written in a second.
+unchanged on the node that owns the store's slot; a cluster pipeline refuses scripts, so the
+writes that need a pipeline (a staged segment, ``WAIT``) run on that node's own connection.
+
+With ``wait_replicas=N`` every write is followed, in the same round trip and on the same
+connection, by ``WAIT N wait_timeout``: it returns once N replicas confirmed it, and raises
+``NotReplicatedError`` when the primary applied it but fewer confirmed it in time.
 """
 
 from __future__ import annotations
@@ -34,15 +38,25 @@ from dataclasses import replace
 from typing import Any
 
 from redis.cluster import RedisCluster
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from ..errors import (
     ConflictError,
     InvalidKeyError,
+    NotReplicatedError,
     OwnershipConflictError,
     UnsupportedOperationError,
 )
 from .base import Closable, Query, Record, Summary, is_after, matches, translate_errors
-from .redis_connect import FATAL, TRANSIENT, Client, connect, refresh_topology
+from .redis_connect import (
+    DEFAULT_WAIT_TIMEOUT,
+    FATAL,
+    TRANSIENT,
+    Client,
+    connect,
+    refresh_topology,
+)
 from .redis_durability import DurabilityCheck, VolatileRedisWarning
 from .redis_layout import (
     FIELDS,
@@ -80,6 +94,8 @@ class RedisBackend(Closable):
         *,
         prefix: str = DEFAULT_PREFIX,
         ttl: float | None = None,
+        wait_replicas: int = 0,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
         owns_client: bool = False,
     ) -> None:
         if not prefix or "{" in prefix or "}" in prefix or not prefix.isprintable():
@@ -89,6 +105,16 @@ class RedisBackend(Closable):
             )
         if ttl is not None and ttl <= 0:
             raise ValueError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        if (
+            isinstance(wait_replicas, bool)
+            or not isinstance(wait_replicas, int)
+            or wait_replicas < 0
+        ):
+            raise ValueError(f"wait_replicas must be a whole number >= 0, got {wait_replicas!r}")
+        if not wait_timeout > 0:
+            raise ValueError(
+                f"wait_timeout must be a positive number of seconds, got {wait_timeout!r}"
+            )
         if client.get_encoder().decode_responses:
             raise ValueError("the redis client must not decode responses: bodies are bytes")
         self._client = client
@@ -96,6 +122,9 @@ class RedisBackend(Closable):
         self._owns = owns_client
         self.prefix = prefix
         self.ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
+        self.wait_replicas = wait_replicas
+        """Replicas that must confirm each write (``WAIT``) before it returns; 0: none."""
+        self.wait_timeout = wait_timeout
         self._base = f"{{{prefix}}}:"
         self._write = client.register_script(WRITE)
         self._drop = client.register_script(DROP)
@@ -105,8 +134,15 @@ class RedisBackend(Closable):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisBackend:
-        client, prefix, ttl = connect(url, options, default_prefix=DEFAULT_PREFIX)
-        return cls(client, prefix=prefix, ttl=ttl, owns_client=True)
+        client, ours = connect(url, options, default_prefix=DEFAULT_PREFIX)
+        return cls(
+            client,
+            prefix=ours.prefix,
+            ttl=ours.ttl,
+            wait_replicas=ours.wait_replicas,
+            wait_timeout=ours.wait_timeout,
+            owns_client=True,
+        )
 
     # -- records -------------------------------------------------------------------------
 
@@ -153,19 +189,8 @@ class RedisBackend(Closable):
         if len(split.segment) < STAGE_BYTES:
             args += [split.segment, split.digest, str(size)]
             return self._saved(record.summary, "save", args, expect_revision, size)
-        keys = self._keys(record.key)
-        stage = f"{self._base}t:{uuid.uuid4().hex}"
         args += ["", split.digest, str(size), "", "", "staged"]
-        with self._errors("save"):
-            pipe = self._client.pipeline(transaction=False)  # one round trip
-            pipe.rpush(stage, split.segment)
-            pipe.pexpire(stage, STAGE_TTL_MS)
-            if self._cluster:  # a cluster pipeline refuses scripts: the write follows it
-                pipe.execute()
-                reply = self._write(keys=[*keys, stage], args=args)
-            else:
-                self._write(keys=[*keys, stage], args=args, client=pipe)
-                reply = pipe.execute()[-1]
+        reply = self._run("save", self._write, self._keys(record.key), args, split.segment)
         return self._outcome(record.summary, reply, expect_revision, size)
 
     def append(
@@ -173,8 +198,7 @@ class RedisBackend(Closable):
     ) -> Summary | None:
         args = self._args(summary, "append", False, base_revision, split.head)
         args += [split.segment, split.digest, str(summary.size), base_digest, self.max_segments]
-        with self._errors("append"):
-            reply = self._write(self._keys(summary.key), args)
+        reply = self._run("append", self._write, self._keys(summary.key), args)
         if reply[0] == b"stale":
             return None
         return self._outcome(summary, reply, base_revision, summary.size)
@@ -214,8 +238,7 @@ class RedisBackend(Closable):
     def _saved(
         self, s: Summary, operation: str, args: list[Any], expected: int | None, size: int
     ) -> Summary:
-        with self._errors(operation):
-            reply = self._write(self._keys(s.key), args)
+        reply = self._run(operation, self._write, self._keys(s.key), args)
         return self._outcome(s, reply, expected, size)
 
     def _outcome(self, s: Summary, reply: list[Any], expected: int | None, size: int) -> Summary:
@@ -250,8 +273,7 @@ class RedisBackend(Closable):
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         expected = "" if expect_revision is None else str(expect_revision)
-        with self._errors("drop"):
-            reply = self._drop(self._keys(key), [self._base, key, expected])
+        reply = self._run("drop", self._drop, self._keys(key), [self._base, key, expected])
         status: str = reply[0].decode()
         if status == "missing" and expect_revision is not None:
             raise ConflictError(f"key {key!r} does not exist", key=key)
@@ -304,7 +326,12 @@ class RedisBackend(Closable):
         sibling = self._siblings.get(name)
         if sibling is None:
             # Same client; its own hash tag, so it never shows in this store's indexes.
-            sibling = RedisBackend(self._client, prefix=f"{self.prefix}:{name}", ttl=None)
+            sibling = RedisBackend(
+                self._client,
+                prefix=f"{self.prefix}:{name}",
+                wait_replicas=self.wait_replicas,
+                wait_timeout=self.wait_timeout,
+            )
             sibling._durability.checked = True
             self._siblings[name] = sibling
         return sibling
@@ -322,6 +349,61 @@ class RedisBackend(Closable):
     def _keys(self, key: str) -> list[str]:
         """A record's keys: its hash and its segment list."""
         return [self._base + "r:" + key, self._base + "s:" + key]
+
+    def _run(
+        self,
+        operation: str,
+        script: Script,
+        keys: list[str],
+        args: list[Any],
+        staged: bytes | None = None,
+    ) -> Any:
+        """Run a write script in one round trip and return its reply. ``staged``: a segment
+        RPUSHed to a fresh staging list first, passed to the script as its last key. With
+        ``wait_replicas``, a ``WAIT`` follows on the same connection, and a write the script
+        applied (``ok``, ``dropped``) that too few replicas confirmed raises
+        ``NotReplicatedError``."""
+        with self._errors(operation):
+            if not self.wait_replicas and staged is None:
+                return script(keys, args)
+            client = self._client
+            if isinstance(client, RedisCluster):  # its pipelines refuse scripts: use the node's
+                client = client.get_redis_connection(client.get_node_from_key(keys[0]))  # type: ignore[no-untyped-call]
+            for _ in range(2):
+                pipe = client.pipeline(transaction=False)
+                stage = []
+                if staged is not None:
+                    stage = [f"{self._base}t:{uuid.uuid4().hex}"]
+                    pipe.rpush(stage[0], staged)
+                    pipe.pexpire(stage[0], STAGE_TTL_MS)
+                pipe.evalsha(script.sha, len(keys) + len(stage), *keys, *stage, *args)
+                if self.wait_replicas:
+                    pipe.wait(self.wait_replicas, max(1, round(self.wait_timeout * 1000)))
+                replies = pipe.execute(raise_on_error=False)
+                reply = replies[-2] if self.wait_replicas else replies[-1]
+                if not isinstance(reply, NoScriptError):
+                    break
+                if stage:
+                    client.delete(stage[0])
+                script.sha = client.script_load(script.script)  # a new or flushed server
+            for answer in replies:
+                if isinstance(answer, Exception):
+                    raise answer
+        if self.wait_replicas and reply[0] in (b"ok", b"dropped"):
+            confirmed = int(replies[-1])
+            if confirmed < self.wait_replicas:
+                raise NotReplicatedError(
+                    f"redis {operation} of key {args[1]!r} applied on the primary, but only "
+                    f"{confirmed} of the {self.wait_replicas} replicas it waits for "
+                    f"(wait_replicas) confirmed it within {self.wait_timeout:g} s "
+                    "(wait_timeout): a failover now could lose it",
+                    backend=self.name,
+                    operation=operation,
+                    key=args[1],
+                    wanted=self.wait_replicas,
+                    confirmed=confirmed,
+                )
+        return reply
 
     @contextmanager
     def _errors(self, operation: str) -> Iterator[None]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -17,7 +18,9 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.connection import PythonRespSerializer
 from redis.exceptions import (
+    AskError,
     ClusterDownError,
+    MovedError,
     ReadOnlyError,
     RedisClusterException,
     RedisError,
@@ -29,14 +32,24 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from .base import translate_errors
-from .url_options import flag, number, refuse_unknown
+from .url_options import flag, number, refuse_unknown, whole
 
-__all__ = ["FATAL", "TRANSIENT", "Client", "connect", "refresh_topology"]
+__all__ = [
+    "DEFAULT_WAIT_TIMEOUT",
+    "FATAL",
+    "TRANSIENT",
+    "Client",
+    "StoreOptions",
+    "connect",
+    "refresh_topology",
+]
 
 Client = redis.Redis | RedisCluster
 
 # A cluster that lost a node answers CLUSTERDOWN, or leaves slots uncovered, until a replica
 # takes over: transient, like a refused connection.
+# MOVED and ASK reach the backend only from a node it addressed itself (a write that waits for
+# replicas runs on its slot's node): after ``refresh_topology`` a retry finds the new owner.
 TRANSIENT = (
     RedisConnectionError,
     RedisTimeoutError,
@@ -44,22 +57,56 @@ TRANSIENT = (
     ReadOnlyError,
     ClusterDownError,
     SlotNotCoveredError,
+    MovedError,
+    AskError,
 )
-FATAL = (RedisError, RedisClusterException)  # the cluster client's own errors are no RedisError
+FATAL = (RedisError, RedisClusterException)
+
+DEFAULT_WAIT_TIMEOUT = 1.0
+"""Seconds a write waits for its ``wait_replicas`` confirmations before ``NotReplicatedError``."""
+
+_OURS = (
+    "prefix",
+    "ttl",
+    "cluster",
+    "wait_replicas",
+    "wait_timeout",
+)  # the cluster client's own errors are no RedisError
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """This library's options of a redis URL (the rest are redis-py's)."""
+
+    prefix: str
+    ttl: float | None = None
+    wait_replicas: int = 0
+    wait_timeout: float = DEFAULT_WAIT_TIMEOUT
 
 
 def connect(
     url: str, options: dict[str, Any], *, default_prefix: str
-) -> tuple[Client, str, float | None]:
-    """A new client for ``url`` (``from_url`` owns it), and the store's prefix and ttl, from
-    the URL's query or ``options`` (which win)."""
+) -> tuple[Client, StoreOptions]:
+    """A new client for ``url`` (``from_url`` owns it), and the store's own options, from the
+    URL's query or ``options`` (which win)."""
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    hint = "this library's: prefix, ttl, cluster; else redis-py's connection options"
+    hint = (
+        "this library's: prefix, ttl, cluster, wait_replicas, wait_timeout; "
+        "else redis-py's connection options"
+    )
     refuse_unknown("redis", query, _url_options(parts.scheme), hint=hint)
-    prefix = options.pop("prefix", query.pop("prefix", default_prefix))
-    ttl = options.pop("ttl", query.pop("ttl", None))
-    cluster = flag("redis", "cluster", options.pop("cluster", query.pop("cluster", False)))
+
+    def ours(name: str, default: object) -> Any:
+        return options.pop(name, query.pop(name, default))
+
+    prefix = ours("prefix", default_prefix)
+    ttl = ours("ttl", None)
+    cluster = flag("redis", "cluster", ours("cluster", False))
+    replicas = whole("redis", "wait_replicas", ours("wait_replicas", 0))
+    wait = number(
+        "redis", "wait_timeout", ours("wait_timeout", DEFAULT_WAIT_TIMEOUT), positive=True
+    )
     url = urlunsplit(parts._replace(query=urlencode(query)))
     # The Store's tenacity policy governs retries; redis-py's own would hide outages.
     options.setdefault("retry", Retry(NoBackoff(), 0))
@@ -79,7 +126,7 @@ def connect(
         made = RedisCluster.from_url if cluster else redis.Redis.from_url
         client = made(url, **options)
     seconds = None if ttl in (None, "") else number("redis", "ttl", ttl, positive=True)
-    return client, prefix, seconds
+    return client, StoreOptions(prefix, seconds, replicas, wait)
 
 
 def refresh_topology(client: Client) -> None:
@@ -100,7 +147,7 @@ def _url_options(scheme: str) -> frozenset[str]:
         "rediss": redis.connection.SSLConnection,
         "unix": redis.connection.UnixDomainSocketConnection,
     }
-    names = {"prefix", "ttl", "cluster", *redis.connection.URL_QUERY_ARGUMENT_PARSERS}
+    names = {*_OURS, *redis.connection.URL_QUERY_ARGUMENT_PARSERS}
     for cls in kind.get(scheme, redis.connection.Connection).__mro__:
         if "__init__" in cls.__dict__:
             names.update(inspect.signature(cls.__dict__["__init__"]).parameters)

@@ -13,6 +13,9 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -154,9 +157,35 @@ class RedisClusterServers:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the replicas of {node.name} did not catch up")
 
+    def kill(self, node: Any) -> None:
+        """SIGKILL the server behind a cluster client's ``node``."""
+        next(s for s in self.servers if s.port == node.port).stop(signal.SIGKILL)
+
     def cleanup(self) -> None:
         for server in self.servers:
             server.cleanup()
+
+
+@contextmanager
+def cluster_with_replicas(stem: str) -> Iterator[tuple[RedisClusterServers, Any, str, Any]]:
+    """Three primaries with a replica each, a cluster client on them, a fresh store prefix and
+    the node holding it, its replica done with its first sync; all removed afterwards."""
+    from redis.cluster import RedisCluster
+
+    need_redis_server()
+    servers = RedisClusterServers(3, replicas=1)
+    servers.start()
+    try:
+        admin = RedisCluster.from_url(servers.url)
+        try:
+            prefix = f"{stem}-{uuid.uuid4().hex[:6]}"
+            primary = admin.get_node_from_key("{" + prefix + "}")
+            servers.replicated(admin, primary)
+            yield servers, admin, prefix, primary
+        finally:
+            admin.close()
+    finally:
+        servers.cleanup()
 
 
 def _cluster_ok(port: int) -> bool:
