@@ -204,3 +204,17 @@ def test_writes_reload_their_scripts_after_the_server_forgot_them(
         assert store.get_record("k") is None
         assert admin.keys(f"{{{prefix}}}:t:*") == []
     admin.close()
+
+
+def test_a_wait_past_the_read_timeout_is_refused(servers: Replicated) -> None:
+    """A WAIT longer than the socket's read timeout would end as a lost connection, and the
+    Store would retry the write: refused when the store is opened."""
+    url = f"{servers.primary.url}?wait_replicas=1"
+    with pytest.raises(
+        InvalidKeyError, match=r"wait_timeout \(10 s\) must be below socket_timeout \(10 s\)"
+    ):
+        open_store(f"{url}&wait_timeout=10")
+    with pytest.raises(InvalidKeyError, match=r"\(3 s\) must be below socket_timeout \(2 s\)"):
+        open_store(f"{url}&wait_timeout=3&socket_timeout=2")
+    with open_store(f"{url}&wait_timeout=20&socket_timeout=30") as store:
+        assert store.backend.wait_timeout == 20  # type: ignore[attr-defined]

@@ -31,6 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from ..errors import InvalidKeyError
 from .base import translate_errors
 from .url_options import flag, number, refuse_unknown, whole
 
@@ -61,6 +62,9 @@ TRANSIENT = (
     AskError,
 )
 FATAL = (RedisError, RedisClusterException)
+
+DEFAULT_SOCKET_TIMEOUT = 10.0
+"""Seconds redis-py waits for a reply unless the URL or the caller sets ``socket_timeout``."""
 
 DEFAULT_WAIT_TIMEOUT = 1.0
 """Seconds a write waits for its ``wait_replicas`` confirmations before ``NotReplicatedError``."""
@@ -108,11 +112,17 @@ def connect(
         "redis", "wait_timeout", ours("wait_timeout", DEFAULT_WAIT_TIMEOUT), positive=True
     )
     url = urlunsplit(parts._replace(query=urlencode(query)))
+    read = _seconds(options.get("socket_timeout", query.get("socket_timeout")))
+    if replicas and read is not None and wait >= read:
+        raise InvalidKeyError(
+            f"redis option wait_timeout ({wait:g} s) must be below socket_timeout ({read:g} s): "
+            "a longer wait for replicas would read as a lost connection"
+        )
     # The Store's tenacity policy governs retries; redis-py's own would hide outages.
     options.setdefault("retry", Retry(NoBackoff(), 0))
     options.setdefault("retry_on_error", [])
     options.setdefault("socket_connect_timeout", 5.0)
-    options.setdefault("socket_timeout", 10.0)
+    options.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
     options["decode_responses"] = False
     # hiredis parses replies fast, but its command packer copies every argument into one
     # buffer: 2 ms for a 1.3 MB segment, which redis-py's own packer sends as it is.
@@ -127,6 +137,17 @@ def connect(
         client = made(url, **options)
     seconds = None if ttl in (None, "") else number("redis", "ttl", ttl, positive=True)
     return client, StoreOptions(prefix, seconds, replicas, wait)
+
+
+def _seconds(value: object) -> float | None:
+    """A ``socket_timeout`` as given (unset: ours); ``None`` when it sets no limit, or is not a
+    number (redis-py refuses that when it connects)."""
+    if value is None:
+        return DEFAULT_SOCKET_TIMEOUT
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
 
 
 def refresh_topology(client: Client) -> None:
