@@ -109,6 +109,27 @@ def test_a_growing_history_appends_to_one_data_file(tmp_path: Path) -> None:
     assert not folder.exists()
 
 
+def test_the_index_log_stays_small_while_a_store_is_open(tmp_path: Path) -> None:
+    """Every put rewrites a few pages of the SQLite index; its write-ahead log is cut back
+    after each checkpoint instead of staying at its largest (4 MiB at SQLite's defaults,
+    three times the records of a 1,000-message conversation)."""
+    from agent_checkpoint.backends.disk_index import WAL_PAGES
+    from agent_checkpoint.model import Message, RunCheckpoint
+
+    wal = tmp_path / "index.sqlite3-wal"
+    largest = 0
+    with open_store(str(tmp_path)) as store:
+        history: tuple[Message, ...] = ()
+        for i in range(600):
+            history = (*history, Message("user", f"message {i}"))
+            store.put(RunCheckpoint.new("m", history, run_id="r"), key=f"k{i % 7}")
+            largest = max(largest, wal.stat().st_size)
+        assert len(store.list(limit=10)) == 7
+    limit = WAL_PAGES * 4096
+    assert limit < largest <= limit + 64 * 4096  # checkpoints ran, each cut the log back
+    assert largest < 1024 * 1024
+
+
 def test_an_append_torn_by_a_crash_is_ignored_and_overwritten(tmp_path: Path) -> None:
     from agent_checkpoint.model import Message, RunCheckpoint
 

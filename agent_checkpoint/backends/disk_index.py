@@ -15,6 +15,9 @@ from .base import Query, Summary
 
 __all__ = ["SummaryIndex"]
 
+WAL_PAGES = 128
+"""Pages the index's WAL holds before SQLite copies them into the database (512 KiB)."""
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS summaries (
     key TEXT PRIMARY KEY,
@@ -82,6 +85,11 @@ class SummaryIndex:
             )
             _patiently(conn.execute, "PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
+            # Each put rewrites a few 4 KiB pages of the index: left at SQLite's defaults the
+            # WAL grows to 4 MiB and stays that size, three times the records of a
+            # 1,000-message conversation. Checkpoint every WAL_PAGES and cut it back to that.
+            conn.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
+            conn.execute(f"PRAGMA journal_size_limit={WAL_PAGES * 4096}")
             self._local.conn = conn
             with self._guard:
                 self._connections.append(conn)
