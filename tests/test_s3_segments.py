@@ -185,6 +185,27 @@ def test_a_put_that_extends_uploads_only_the_new_message_and_a_small_head(
     assert history_bytes > 10 * small
 
 
+def test_a_get_after_its_own_puts_reads_only_the_record_object(client: Any, prefix: str) -> None:
+    """The segments a backend wrote last are still in its memory (immutable ids): reading the
+    record back costs one GET. Another backend reads every segment, and both read the same."""
+    recording = Recording(client)
+    store = Store(backend_on(recording, prefix))
+    for history in grow(40):
+        store.put(checkpoint("g").evolve(history=history), key="g")
+    store.backend.flush()  # type: ignore[attr-defined]  # the puts' background deletes
+    recording.calls.clear()
+    mine = store.get_record("g")
+    assert [op for op, _, _ in recording.calls] == ["get_object"]
+    assert "/records/" in recording.calls[0][1]
+
+    cold = Recording(client)
+    theirs = Store(backend_on(cold, prefix)).get_record("g")
+    segments = [key for op, key, _ in cold.calls if op == "get_object" and "/segments/" in key]
+    assert segments and set(segments) == referenced(client, prefix, ["g"])
+    assert mine is not None and theirs is not None and mine.body == theirs.body
+    store.delete("g")
+
+
 def test_a_record_written_whole_by_the_previous_version_reads_and_grows(
     client: Any, prefix: str
 ) -> None:

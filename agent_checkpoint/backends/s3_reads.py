@@ -1,6 +1,7 @@
 """How the S3 backend reads (``s3.py`` holds the backend, ``s3_writes.py`` its writes): a
-record with its segments, a record's header and ETag (from its metadata or its first bytes),
-the headers of its own last writes it remembers, and the listing of the index and of a prefix.
+record with its segments (those it wrote last from memory), a record's header and ETag (from
+its metadata or its first bytes), the headers of its own last writes it remembers, and the
+listing of the index and of a prefix.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ..errors import BackendError
 from .base import Record
 from .objects import PEEK, Current, Entry, ObjectLayout, segments_of
 from .s3_bucket import PAGE, S3Bucket
-from .s3_writes import RACES, Known, missing
+from .s3_writes import RACES, Known, RecentSegments, missing
 from .segments import assemble
 
 REMEMBERED = 256
@@ -26,9 +27,10 @@ REMEMBERED = 256
 
 
 class S3Reads(ObjectLayout, S3Bucket):
-    """The reads of an ``S3Backend``, which sets up ``_remembered``."""
+    """The reads of an ``S3Backend``, which sets up ``_remembered`` and ``_recent``."""
 
     _remembered: OrderedDict[str, Known]
+    _recent: RecentSegments
 
     def _load(self, name: str, operation: str) -> Record | None:
         path = self._records + name
@@ -42,8 +44,14 @@ class S3Reads(ObjectLayout, S3Bucket):
             segs = segments_of(fields)
             if segs is None:
                 return record
+            # Segment ids are never reused: one this backend wrote and still holds needs no GET.
             parts = self._map(
-                lambda seg: self._get_segment(name, seg[0], operation), segs, segments=True
+                lambda seg: (
+                    self._recent.get(self._segment_path(name, seg[0]))
+                    or self._get_segment(name, seg[0], operation)
+                ),
+                segs,
+                segments=True,
             )
             if all(part is not None for part in parts):
                 return Record(record.summary, assemble(body, [p for p in parts if p is not None]))
