@@ -133,6 +133,10 @@ class OursInstance:
         ctx.cleanup.add(f"ours/{backend}: close and drop", self.close)
         if backend == "postgres":
             self.store.setup()
+        # Gets go through a store of their own, as a resume in another process would: the
+        # writing store's S3 backend still holds the segments it wrote and would read back
+        # only the record (memory:// is one store per open_store, so it reads its own).
+        self.reader = self.store if backend == "memory" else open_store(url, **options)
 
     # -- (a) and (b) -------------------------------------------------------------------------
 
@@ -147,7 +151,7 @@ class OursInstance:
         self.store.put(prepared, key=key)
 
     def get(self, key: str) -> int:
-        checkpoint = self.store.get(key)
+        checkpoint = self.reader.get(key)
         assert checkpoint is not None, key
         return len(checkpoint.history)
 
@@ -244,6 +248,7 @@ class OursInstance:
         if self._closed:
             return
         self._closed = True
+        self.reader.close()
         self.store.close()
         self._drop()
         if self.backend == "redis":
