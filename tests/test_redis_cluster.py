@@ -10,14 +10,16 @@ import time
 import uuid
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ClusterDownError, SlotNotCoveredError
 from support.redis_server import RedisClusterServers, cluster_with_replicas, need_redis_server
 
-from agent_checkpoint import Store, open_store
+from agent_checkpoint import Message, RunCheckpoint, Store, open_store
 from agent_checkpoint.backends.redis import RedisBackend, VolatileRedisWarning
 from agent_checkpoint.errors import BackendUnavailableError, InvalidKeyError
 from agent_checkpoint.store import RetryPolicy
@@ -174,6 +176,61 @@ def test_after_a_failover_the_store_follows_the_promoted_replica() -> None:
         assert got is not None and got.history[0].content == "before 0"
         store.put(checkpoint("r1", text="after"), key="k")
         assert store.head("k").revision == 2  # type: ignore[union-attr]
+
+
+def move_slot(cluster: RedisClusterServers, slot: int, source: Any, target: Any) -> None:
+    """Reshard: move ``slot`` and its keys from node ``source`` to node ``target`` (the steps
+    ``redis-cli --cluster reshard`` takes), and tell every node."""
+    nodes = {s.port: redis.Redis(port=s.port) for s in cluster.servers}
+    src, dst = nodes[source.port], nodes[target.port]
+    try:
+        src_id, dst_id = (n.execute_command("CLUSTER MYID").decode() for n in (src, dst))
+        dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+        src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+        while keys := src.execute_command("CLUSTER GETKEYSINSLOT", slot, 100):
+            src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+        for node in nodes.values():
+            node.execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
+    finally:
+        for node in nodes.values():
+            node.close()
+
+
+def test_a_store_follows_its_slot_when_the_cluster_is_resharded(
+    cluster: RedisClusterServers,
+) -> None:
+    """The store's slot moves to another primary while the store is open: its client still
+    maps the slot to the old node, which answers MOVED. A staged write (the backend sends it to
+    the node itself, so that MOVED is the backend's to handle) lands on the new owner. The
+    slot moves back: a load and an append (the cluster client's own commands) follow it too,
+    and a fresh store reads everything written."""
+    admin = RedisCluster.from_url(cluster.url)
+    prefix = f"rs-{uuid.uuid4().hex[:6]}"
+    slot = key_slot(("{" + prefix + "}").encode())
+    source = admin.get_node_from_key("{" + prefix + "}")
+    target = next(n for n in admin.get_primaries() if n.name != source.name)
+    history = [Message("user", f"message {i}") for i in range(3)]
+    try:
+        with open_store(f"{cluster.url}?cluster=true&prefix={prefix}") as store:
+            store.put(RunCheckpoint.new("go", history, run_id="r"), key="k")
+            move_slot(cluster, slot, source, target)
+            with redis.Redis(port=target.port) as moved:
+                assert moved.exists(f"{{{prefix}}}:r:k") == 1
+
+            big = [Message("user", "x" * 100_000)]  # staged: a node-direct pipeline, first
+            assert store.put(RunCheckpoint.new("go", big, run_id="r"), key="big").revision == 1
+            move_slot(cluster, slot, target, source)  # and back, for the cluster client's MOVED
+            got = store.get("k")
+            assert got is not None and got.history == tuple(history)
+            history.append(Message("assistant", "after the move"))
+            assert store.put(RunCheckpoint.new("go", history, run_id="r"), key="k").revision == 2
+            assert [s.key for s in store.list()] == ["k", "big"]  # newest first
+        with open_store(f"{cluster.url}?cluster=true&prefix={prefix}") as fresh:
+            got = fresh.get("k")
+            assert got is not None and got.history == tuple(history)
+            assert fresh.get("big") is not None
+    finally:
+        admin.close()
 
 
 def test_cluster_must_be_true_or_false(cluster: RedisClusterServers) -> None:
