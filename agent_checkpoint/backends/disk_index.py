@@ -99,7 +99,7 @@ class SummaryIndex:
         """Mark ``key`` mid-write, durably. Other commits are not synced (``NORMAL``: a power
         loss may take the last of them), so this one must be: after a power loss it is what
         makes the next listing read the key's summary from its record file again. Its sync
-        of the WAL costs ~8% of an append (1,000 appends, 3 runs each way)."""
+        of the WAL costs ~0.3 ms an append (benchmarks/README.md, "Since that run")."""
         db = self.db()
         db.execute("PRAGMA synchronous=FULL")
         try:

@@ -49,8 +49,9 @@ Client = redis.Redis | RedisCluster
 
 # A cluster that lost a node answers CLUSTERDOWN, or leaves slots uncovered, until a replica
 # takes over: transient, like a refused connection.
-# MOVED and ASK reach the backend only from a node it addressed itself (a write that waits for
-# replicas runs on its slot's node): after ``refresh_topology`` a retry finds the new owner.
+# MOVED and ASK reach the backend only from a node it addressed itself (a staged write, or one
+# that waits for replicas, runs on its slot's node): after ``refresh_topology`` a retry finds
+# the new owner (tested by resharding a slot under an open store).
 TRANSIENT = (
     RedisConnectionError,
     RedisTimeoutError,
@@ -61,7 +62,7 @@ TRANSIENT = (
     MovedError,
     AskError,
 )
-FATAL = (RedisError, RedisClusterException)
+FATAL = (RedisError, RedisClusterException)  # the cluster client's own errors are no RedisError
 
 DEFAULT_SOCKET_TIMEOUT = 10.0
 """Seconds redis-py waits for a reply unless the URL or the caller sets ``socket_timeout``."""
@@ -69,13 +70,7 @@ DEFAULT_SOCKET_TIMEOUT = 10.0
 DEFAULT_WAIT_TIMEOUT = 1.0
 """Seconds a write waits for its ``wait_replicas`` confirmations before ``NotReplicatedError``."""
 
-_OURS = (
-    "prefix",
-    "ttl",
-    "cluster",
-    "wait_replicas",
-    "wait_timeout",
-)  # the cluster client's own errors are no RedisError
+_OURS = ("prefix", "ttl", "cluster", "wait_replicas", "wait_timeout")
 
 
 @dataclass(frozen=True)
