@@ -8,12 +8,14 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 from support.redis_server import RedisServer, cluster_with_replicas, need_redis_server
 
 from agent_checkpoint import Message, NotReplicatedError, RunCheckpoint, Store, open_store
+from agent_checkpoint.cli import main
 from agent_checkpoint.errors import ConflictError, InvalidKeyError
 from agent_checkpoint.store import RetryPolicy
 from agent_checkpoint.testing import (
@@ -218,3 +220,14 @@ def test_a_wait_past_the_read_timeout_is_refused(servers: Replicated) -> None:
         open_store(f"{url}&wait_timeout=3&socket_timeout=2")
     with open_store(f"{url}&wait_timeout=20&socket_timeout=30") as store:
         assert store.backend.wait_timeout == 20  # type: ignore[attr-defined]
+
+
+def test_the_cli_reports_an_unconfirmed_write_in_one_line_with_exit_code_6(
+    servers: Replicated, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "crashed-run.json"
+    url = f"{servers.primary.url}?prefix={prefix}&wait_replicas=2&wait_timeout=0.1"
+    assert main(["put", str(example), "--store", url]) == 6
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("agent-checkpoint: error: redis save of key")
+    assert "only 1 of the 2 replicas" in err
