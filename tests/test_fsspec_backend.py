@@ -350,6 +350,31 @@ def test_a_lost_segment_reads_as_unreadable_not_as_absent(root: str) -> None:
     for history in grown(3):
         store.put(checkpoint("g").evolve(history=history), key="g")
     MEMORY.rm_file(sorted(listed_segments(root, "g"))[0])
-    with pytest.raises(UnreadableEnvelopeError):
-        store.get("g")
+    with pytest.raises(UnreadableEnvelopeError):  # another process's store reads storage
+        open_store(f"fsspec+memory://{root}").get("g")
     assert [s.key for s in store.list()] == ["g"]  # still there, for an operator to look at
+
+
+def test_a_get_after_its_own_puts_reads_no_segment(root: str) -> None:
+    """The segments a backend wrote last are still in its memory (ids are never reused): a get
+    through the writing store reads only the record; another store reads every segment, and
+    both read the same bytes."""
+    requested: list[str] = []
+    original = MEMORY.cat
+
+    def cat(path: Any, *args: Any, **kwargs: Any) -> Any:
+        requested.extend(path if isinstance(path, list) else [path])
+        return original(path, *args, **kwargs)
+
+    writer = open_store(f"fsspec+memory://{root}")
+    for history in grown(40):  # appends, merges at max_segments (32)
+        writer.put(checkpoint("g").evolve(history=history), key="g")
+    MEMORY.cat = cat  # type: ignore[method-assign]
+    try:
+        mine = writer.get_record("g")
+        assert [p for p in requested if "/segments/" in p] == []
+        theirs = open_store(f"fsspec+memory://{root}").get_record("g")
+        assert set(p for p in requested if "/segments/" in p) == listed_segments(root, "g")
+    finally:
+        MEMORY.cat = original  # type: ignore[method-assign]
+    assert mine is not None and theirs is not None and mine.body == theirs.body

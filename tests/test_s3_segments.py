@@ -16,9 +16,8 @@ from support.seaweed import S3Server, purge
 from agent_checkpoint import Store
 from agent_checkpoint.appender import Appender, Encoded, Tail
 from agent_checkpoint.backends.base import Record
-from agent_checkpoint.backends.objects import key_name
+from agent_checkpoint.backends.objects import RecentSegments, key_name
 from agent_checkpoint.backends.s3 import S3Backend
-from agent_checkpoint.backends.s3_writes import RecentSegments
 from agent_checkpoint.backends.segments import merge_start
 from agent_checkpoint.errors import StoreClosedError, UnreadableEnvelopeError
 from agent_checkpoint.model import Message, RunCheckpoint

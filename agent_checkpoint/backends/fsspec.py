@@ -13,8 +13,9 @@ A growing history is kept as S3 keeps it (``Appending``, see ``segments.py``): t
 the head and lists its segments, each an object ``segments/<name>/<id>`` written before the
 record that refers to it, so a put that extends the previous revision writes the new messages
 and a small head instead of the whole history. Ids are never reused: a reader that raced a
-write and misses a segment reads the record again. Segments a write supersedes are deleted
-after it; ones a crashed writer left are found by ``collect_orphans``.
+write and misses a segment reads the record again, and a backend reads the segments it wrote
+last from memory. Segments a write supersedes are deleted after it; ones a crashed writer left
+are found by ``collect_orphans``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .objects import (
     Current,
     Entry,
     ObjectLayout,
+    RecentSegments,
     extends,
     fields_of,
     key_name,
@@ -61,6 +63,9 @@ class FsspecBackend(ObjectLayout):
     name = "fsspec"
     conditional_writes_across_processes = False
     max_segments = 32
+    recent_segment_bytes = 4 << 20
+    """How many bytes of the segments it wrote last a backend keeps, so that reading them
+    back (a get, a merge) needs no request."""
 
     def __init__(self, fs: Any, root: str) -> None:
         self.fs = fs
@@ -70,6 +75,7 @@ class FsspecBackend(ObjectLayout):
         self._segments = f"{self.root}/segments/"
         self._lock = _lock_for(fs, self.root)
         self._siblings: dict[str, FsspecBackend] = {}
+        self._recent = RecentSegments(self.recent_segment_bytes)
 
     @classmethod
     def from_url(cls, url: str, *, fs: Any = None, **storage_options: Any) -> FsspecBackend:
@@ -175,8 +181,11 @@ class FsspecBackend(ObjectLayout):
         except BaseException:
             self._forget(list(first))  # nothing refers to them: the record was not written
             raise
+        kept = {sid for sid, _ in extra.get("segs", [])}
+        for sid, data in uploads:
+            if sid in kept:
+                self._recent.add(self._segment_path(name, sid), data)
         if previous is not None:
-            kept = {sid for sid, _ in extra.get("segs", [])}
             self._forget(self._superseded(name, previous, kept))
 
     def collect_orphans(self, *, delete: bool = False, grace: float = 300.0) -> int:
@@ -288,15 +297,20 @@ class FsspecBackend(ObjectLayout):
         )
 
     def _read_segments(self, name: str, segs: list[Any], operation: str) -> list[bytes] | None:
-        """The segments' bytes, in order; ``None`` if one is missing."""
-        if not segs:
-            return []
+        """The segments' bytes, in order; ``None`` if one is missing. Those this backend wrote
+        last come from memory (ids are never reused)."""
         paths = [self._segment_path(name, str(sid)) for sid, _ in segs]
-        with self._translate(operation):
-            found = self.fs.cat(paths, on_error="return")
+        held = {path: self._recent.get(path) for path in paths}
+        unread = [path for path, data in held.items() if data is None]
+        found: Any = {}
+        if unread:
+            with self._translate(operation):
+                found = self.fs.cat(unread, on_error="return")
         parts: list[bytes] = []
         for path in paths:
-            part = found.get(path) if isinstance(found, dict) else found
+            part = held[path]
+            if part is None:
+                part = found.get(path) if isinstance(found, dict) else found
             if isinstance(part, FileNotFoundError) or part is None:
                 return None
             if isinstance(part, BaseException):
@@ -350,6 +364,7 @@ class FsspecBackend(ObjectLayout):
 
     def _forget(self, paths: Sequence[str]) -> None:
         """Best effort: a leftover entry is skipped by listing and removed by ``verify``."""
+        self._recent.discard(paths)
         for path in paths:
             with suppress(Exception):
                 self.fs.rm_file(path)

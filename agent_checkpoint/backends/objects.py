@@ -28,6 +28,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import itertools
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +71,36 @@ class Entry:
     def group(self) -> str | None:
         """Cut names sharing position and stem sort by hash: they are ordered as one unit."""
         return None if HASHED not in self.name else f"{self.position}:{stem(self.name)}"
+
+
+class RecentSegments:
+    """The bytes of the segments this backend committed last, up to ``limit`` bytes, so that
+    a read or a merge takes the newest segments without reading them back. Segment ids are never
+    reused, so a cached segment never goes stale; it leaves when its object is deleted."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held: OrderedDict[str, bytes] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def add(self, path: str, data: bytes) -> None:
+        if len(data) > self.limit:
+            return
+        with self._lock:
+            self._size += len(data) - len(self._held.pop(path, b""))
+            self._held[path] = data
+            while self._size > self.limit:
+                self._size -= len(self._held.popitem(last=False)[1])
+
+    def get(self, path: str) -> bytes | None:
+        with self._lock:
+            return self._held.get(path)
+
+    def discard(self, paths: Iterable[str]) -> None:
+        with self._lock:
+            for path in paths:
+                self._size -= len(self._held.pop(path, b""))
 
 
 def key_name(key: str) -> str:

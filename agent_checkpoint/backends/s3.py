@@ -33,10 +33,10 @@ from botocore.exceptions import ClientError
 
 from ..errors import ConflictError, InvalidKeyError
 from .base import Query, Record, Summary, plan_save
-from .objects import key_name
+from .objects import RecentSegments, key_name
 from .s3_bucket import PAGE
 from .s3_reads import S3Reads
-from .s3_writes import RACES, Known, RecentSegments, S3Cleanup, Write, lost_race
+from .s3_writes import RACES, Known, S3Cleanup, Write, lost_race
 from .segments import Split, merge, merge_start, plan_append, plan_split
 from .url_options import flag, refuse_unknown
 

@@ -17,9 +17,9 @@ from botocore.exceptions import ClientError
 
 from ..errors import BackendError
 from .base import Record
-from .objects import PEEK, Current, Entry, ObjectLayout, segments_of
+from .objects import PEEK, Current, Entry, ObjectLayout, RecentSegments, segments_of
 from .s3_bucket import PAGE, S3Bucket
-from .s3_writes import RACES, Known, RecentSegments, missing
+from .s3_writes import RACES, Known, missing
 from .segments import assemble
 
 REMEMBERED = 256

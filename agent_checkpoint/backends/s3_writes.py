@@ -14,8 +14,7 @@ from __future__ import annotations
 import base64
 import secrets
 import threading
-from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import suppress
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ import orjson
 from botocore.exceptions import BotoCoreError, ClientError
 
 from .base import Summary
-from .objects import HASHED, extends, fields_of, segments_of
+from .objects import HASHED, RecentSegments, extends, fields_of, segments_of
 
 if TYPE_CHECKING:
     from .s3 import S3Backend
@@ -67,36 +66,6 @@ def lost_race(exc: ClientError) -> bool:
     return error_code(exc) in RACE_CODES or (
         error_status(exc) in (404, 412) and error_code(exc) != "NoSuchBucket"
     )
-
-
-class RecentSegments:
-    """The bytes of the segments this backend committed last, up to ``limit`` bytes, so that
-    a merge joins the newest segments without reading them back. Segment ids are never
-    reused, so a cached segment never goes stale; it leaves when its object is deleted."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._held: OrderedDict[str, bytes] = OrderedDict()
-        self._size = 0
-        self._lock = threading.Lock()
-
-    def add(self, path: str, data: bytes) -> None:
-        if len(data) > self.limit:
-            return
-        with self._lock:
-            self._size += len(data) - len(self._held.pop(path, b""))
-            self._held[path] = data
-            while self._size > self.limit:
-                self._size -= len(self._held.popitem(last=False)[1])
-
-    def get(self, path: str) -> bytes | None:
-        with self._lock:
-            return self._held.get(path)
-
-    def discard(self, paths: Iterable[str]) -> None:
-        with self._lock:
-            for path in paths:
-                self._size -= len(self._held.pop(path, b""))
 
 
 class Write:
