@@ -56,6 +56,7 @@ from .redis_connect import (
     Client,
     connect,
     refresh_topology,
+    store_node,
 )
 from .redis_durability import DurabilityCheck, VolatileRedisWarning
 from .redis_layout import (
@@ -118,7 +119,6 @@ class RedisBackend(Closable):
         if client.get_encoder().decode_responses:
             raise ValueError("the redis client must not decode responses: bodies are bytes")
         self._client = client
-        self._cluster = isinstance(client, RedisCluster)
         self._owns = owns_client
         self.prefix = prefix
         self.ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
@@ -358,7 +358,8 @@ class RedisBackend(Closable):
         args: list[Any],
         staged: bytes | None = None,
     ) -> Any:
-        """Run a write script in one round trip and return its reply. ``staged``: a segment
+        """Run a write script in one round trip and return its reply. ``args`` start with the
+        prefix and the key, as every write script's do. ``staged``: a segment
         RPUSHed to a fresh staging list first, passed to the script as its last key. With
         ``wait_replicas``, a ``WAIT`` follows on the same connection, and a write the script
         applied (``ok``, ``dropped``) that too few replicas confirmed raises
@@ -368,7 +369,7 @@ class RedisBackend(Closable):
                 return script(keys, args)
             client = self._client
             if isinstance(client, RedisCluster):  # its pipelines refuse scripts: use the node's
-                client = client.get_redis_connection(client.get_node_from_key(keys[0]))  # type: ignore[no-untyped-call]
+                client = client.get_redis_connection(store_node(client, self.prefix))
             for _ in range(2):
                 pipe = client.pipeline(transaction=False)
                 stage = []

@@ -43,6 +43,7 @@ __all__ = [
     "StoreOptions",
     "connect",
     "refresh_topology",
+    "store_node",
 ]
 
 Client = redis.Redis | RedisCluster
@@ -143,6 +144,11 @@ def _seconds(value: object) -> float | None:
         return float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
+
+
+def store_node(client: RedisCluster, prefix: str) -> Any:
+    """The cluster node that holds a store's keys: they all share the ``{prefix}`` hash tag."""
+    return client.get_node_from_key("{" + prefix + "}")  # type: ignore[no-untyped-call]
 
 
 def refresh_topology(client: Client) -> None:

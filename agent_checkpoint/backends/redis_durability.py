@@ -11,7 +11,7 @@ from typing import Any
 from redis.cluster import RedisCluster
 from redis.exceptions import ClusterDownError, RedisClusterException, RedisError, ResponseError
 
-from .redis_connect import Client
+from .redis_connect import Client, store_node
 
 __all__ = ["DurabilityCheck", "VolatileRedisWarning"]
 
@@ -58,7 +58,7 @@ class DurabilityCheck:
         """``appendonly`` and ``save`` of the server that holds the store's keys."""
         client: Any = self._client
         if isinstance(client, RedisCluster):  # the primary that owns the prefix's slot
-            node = client.get_node_from_key("{" + self._prefix + "}")  # type: ignore[no-untyped-call]
+            node = store_node(client, self._prefix)
             replies = [
                 client.config_get(name, target_nodes=node) for name in ("appendonly", "save")
             ]

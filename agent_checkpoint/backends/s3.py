@@ -199,14 +199,7 @@ class S3Backend(S3Reads, S3Cleanup):
         """``segs`` with its newest segments joined into one new object (uploaded with the
         commit), so that one more fits under ``max_segments``; ``None`` if one is gone."""
         start = merge_start([int(size) for _, size in segs], self.max_segments)
-        paths = [self._segment_path(name, sid) for sid, _ in segs[start:]]
-        parts = [self._recent.get(path) for path in paths]
-        unread = [i for i, part in enumerate(parts) if part is None]
-        read = self._map(
-            lambda i: self._get_segment(name, segs[start + i][0], "append"), unread, segments=True
-        )
-        for i, part in zip(unread, read, strict=True):
-            parts[i] = part
+        parts = self._read_segments(name, [sid for sid, _ in segs[start:]], "append")
         if any(part is None for part in parts):
             return None
         joined = merge([part for part in parts if part is not None])

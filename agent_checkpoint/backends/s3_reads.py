@@ -44,15 +44,7 @@ class S3Reads(ObjectLayout, S3Bucket):
             segs = segments_of(fields)
             if segs is None:
                 return record
-            # Segment ids are never reused: one this backend wrote and still holds needs no GET.
-            parts = self._map(
-                lambda seg: (
-                    self._recent.get(self._segment_path(name, seg[0]))
-                    or self._get_segment(name, seg[0], operation)
-                ),
-                segs,
-                segments=True,
-            )
+            parts = self._read_segments(name, [sid for sid, _ in segs], operation)
             if all(part is not None for part in parts):
                 return Record(record.summary, assemble(body, [p for p in parts if p is not None]))
             # A segment is gone: a write that replaced this record since deletes the segments
@@ -79,6 +71,19 @@ class S3Reads(ObjectLayout, S3Bucket):
                 if missing(exc):
                     return None
                 raise
+
+    def _read_segments(self, name: str, sids: list[str], operation: str) -> list[bytes | None]:
+        """The segments' bytes, in order (``None`` for one that is gone). Ids are never
+        reused, so those this backend wrote and still holds come from memory; the others are
+        fetched in parallel."""
+        parts = [self._recent.get(self._segment_path(name, sid)) for sid in sids]
+        unread = [i for i, part in enumerate(parts) if part is None]
+        fetched = self._map(
+            lambda i: self._get_segment(name, sids[i], operation), unread, segments=True
+        )
+        for i, part in zip(unread, fetched, strict=True):
+            parts[i] = part
+        return parts
 
     def _get_segment(self, name: str, sid: str, operation: str) -> bytes | None:
         got = self._get(self._segment_path(name, sid), operation)
