@@ -90,7 +90,15 @@ def test_every_acknowledged_write_is_already_on_the_replica(
     servers: Replicated, store: Store, prefix: str
 ) -> None:
     """Read straight from the replica after each put, append, large first write and delete:
-    the replica holds exactly what the primary acknowledged."""
+    the replica holds exactly what the primary acknowledged, and each write waited for it (on
+    loopback an unwaited write usually arrives first too, so the primary's count of WAITs is
+    what tells the two apart)."""
+    primary = redis.Redis(port=servers.primary.port)
+
+    def waits() -> int:
+        return int(primary.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+
+    before = waits()
     with open_store(f"{servers.replica.url}?prefix={prefix}") as replica:
         for n, size in ((1, 10), (2, 10), (3, 10), (1, 200_000), (2, 10)):  # 200 KB is staged
             ckpt = RunCheckpoint.new("go", _history(n, size), run_id="r")
@@ -99,6 +107,8 @@ def test_every_acknowledged_write_is_already_on_the_replica(
             assert replica.head("k") == written
         store.delete("k")
         assert replica.get_record("k") is None
+    assert waits() - before >= 6  # five puts and a delete (a resend after NOSCRIPT adds one)
+    primary.close()
 
 
 def test_a_write_no_replica_confirms_raises_and_stays_on_the_primary(
