@@ -105,6 +105,12 @@ def register(sub: Any) -> None:
     target.add_argument("-o", "--output", metavar="OUT.jsonl", help="write turn JSONL here")
     target.add_argument("--store", metavar="URL", help="put a run checkpoint in this store")
     save.add_argument("--key", help="store key (default: the checkpoint's run id)")
+    save.add_argument(
+        "--subagent",
+        metavar="ID",
+        help="Claude Code logs: save the conversation of this sub-agent (its agentId, named "
+        "in save's notes) instead of the main one",
+    )
     _add_input_format(save)
     _add_on_dangling(save)
     save.set_defaults(run=run_save)
@@ -148,8 +154,8 @@ def register(sub: Any) -> None:
     merge.set_defaults(run=run_merge)
 
 
-def _open(path: str, fmt: str | None) -> Transcript:
-    return open_transcript(path, format=fmt)  # type: ignore[arg-type]
+def _open(path: str, fmt: str | None, subagent: str | None = None) -> Transcript:
+    return open_transcript(path, format=fmt, subagent=subagent)  # type: ignore[arg-type]
 
 
 def _write(path: str, turns: Iterable[Turn]) -> int:
@@ -161,7 +167,7 @@ def _write(path: str, turns: Iterable[Turn]) -> int:
 
 def run_save(args: argparse.Namespace) -> int:
     with translated():
-        transcript = _open(args.transcript, args.input_format)
+        transcript = _open(args.transcript, args.input_format, args.subagent)
         plan = plan_integrity(transcript, policy=args.on_dangling)
         for line in [*transcript.notes, *plan.report.lines()]:
             note(line)

@@ -5,30 +5,31 @@ prompt starts a new branch, sub-agents write ``isSidechain`` lines, and ``/compa
 auto-compaction) writes a ``system`` line of subtype ``compact_boundary`` with no parent,
 followed by the summary as a user message. Lines of other types (``summary``,
 ``file-history-snapshot``, ``progress``, ``queue-operation``, ``system``, anything newer)
-carry no turn but may sit on the chain.
+carry no turn but may sit on the chain. ``claude_code_tree`` picks the lines of the active
+conversation (see there for parallel tool calls and sub-agents).
 
-The active conversation is the chain of parents from the last non-sidechain message, up to
-the root or the last compaction boundary. Streamed assistant lines sharing ``message.id``
-become one turn. Meta lines (``isMeta``) and API-error stand-ins are left out. Logs whose
-lines carry no parent links at all (old or hand-made ones) are read in file order from the
-last boundary. A torn final line and lines that are not JSON are skipped and reported.
-
-Memory stays bounded: the first pass keeps, per line, only its offset, its parent's index
-and its kind (a few dozen bytes); the turns are then decoded again by offset.
+Streamed assistant lines sharing ``message.id`` become one turn, with the results of its
+calls after it. Meta lines (``isMeta``) that carry what the model acted on (the expanded
+text of a slash command, a skill's body, a hook's added context) are kept as user turns
+marked ``_meta.injectedBy`` (the checkpoint's own ``injectedBy``, flavor ``skill`` or
+``instructions``); meta lines that are only local-command caveats or output, and API-error
+stand-ins, are left out. Logs whose lines carry no parent links at all (old or hand-made
+ones) are read in file order from the last boundary. A torn final line and lines that are
+not JSON are skipped and reported.
 """
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 from ..model import Json
 from .anthropic import PROVIDER, assistant_turn, tool_calls_of, user_turns
+from .claude_code_tree import MAIN, LogTree, Picked
+from .errors import EmptyTranscriptError
 from .jsonio import JsonLines
 from .turns import Turn, iso_utc
 
-__all__ = ["LINE_TYPES", "ClaudeCodeLog"]
+__all__ = ["LINE_TYPES", "META_REASON", "ClaudeCodeLog"]
 
 LINE_TYPES = frozenset(
     {
@@ -43,189 +44,98 @@ LINE_TYPES = frozenset(
     }
 )
 """Line types known to appear; others are tolerated the same way."""
-
-_LINK, _MESSAGE, _BOUNDARY = 0, 1, 2
-_KIND = 3
-_HAS_UUID = 4
-UuidKey = int | str
-
-
-def _key(uuid: Json) -> UuidKey | None:
-    """A compact dict key for a uuid (a 128-bit int instead of a 36-character string)."""
-    if not isinstance(uuid, str) or not uuid:
-        return None
-    if len(uuid) == 36:
-        try:
-            return int(uuid.replace("-", ""), 16)
-        except ValueError:
-            pass
-    return uuid
-
-
-def _has_message(record: dict[str, Json]) -> bool:
-    message = record.get("message")
-    return isinstance(message, dict) and isinstance(message.get("content"), (str, list))
-
-
-@dataclass
-class _Index:
-    offsets: array[int] = field(default_factory=lambda: array("q"))
-    parents: array[int] = field(default_factory=lambda: array("q"))
-    flags: array[int] = field(default_factory=lambda: array("b"))
-    by_uuid: dict[UuidKey, int] = field(default_factory=dict)
-    boundary_lines: dict[int, int] = field(default_factory=dict)
-    unresolved: dict[int, UuidKey] = field(default_factory=dict)
-    roots: int = 0
-    children: int = 0
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def count(self, what: str) -> None:
-        self.counts[what] = self.counts.get(what, 0) + 1
-
-    def add(self, offset: int, number: int, record: dict[str, Json]) -> None:
-        kind = record.get("type")
-        key = _key(record.get("uuid"))
-        if kind in ("user", "assistant"):
-            if record.get("isSidechain") is True:
-                self.count("sidechain")
-                return
-            if record.get("isMeta") is True:
-                self.count("meta")
-                entry = _LINK
-            elif record.get("isApiErrorMessage") is True:
-                self.count("api-error")
-                entry = _LINK
-            elif not _has_message(record):
-                self.count("malformed")
-                entry = _LINK
-            else:
-                entry = _MESSAGE
-        elif kind == "system" and record.get("subtype") == "compact_boundary":
-            entry = _BOUNDARY
-        elif key is None or record.get("isSidechain") is True:
-            return
-        else:
-            entry = _LINK
-        index = len(self.offsets)
-        self.offsets.append(offset)
-        self.flags.append(entry | (_HAS_UUID if key is not None else 0))
-        if entry == _BOUNDARY:
-            self.boundary_lines[index] = number
-        parent = _key(record.get("parentUuid"))
-        if entry == _MESSAGE:
-            self.roots += parent is None
-            self.children += parent is not None
-        if parent is None:
-            self.parents.append(-1)
-        else:
-            found = self.by_uuid.get(parent)
-            self.parents.append(-1 if found is None else found)
-            if found is None:
-                self.unresolved[index] = parent
-        if key is not None:
-            seen = self.by_uuid.get(key)
-            # A log resumed into a new file repeats lines; keep the first usable copy.
-            if seen is None or (self.kind(seen) != _MESSAGE and entry == _MESSAGE):
-                self.by_uuid[key] = index
-
-    @property
-    def linked(self) -> bool:
-        """Whether messages form a parent chain (real logs: all but the first do); a stray
-        linked line among unlinked ones does not count."""
-        return self.children > 0 and self.children >= self.roots
-
-    def kind(self, index: int) -> int:
-        return self.flags[index] & _KIND
-
-    def resolve(self) -> None:
-        for index, parent in self.unresolved.items():
-            self.parents[index] = self.by_uuid.get(parent, -1)
-        self.unresolved.clear()
-
-    def chain(self) -> tuple[list[int], int | None]:
-        """Entry indices of the active conversation's messages, and the boundary's line."""
-        n = len(self.flags)
-        boundary: int | None = None
-        if not self.linked:
-            start = 0
-            for i, line in self.boundary_lines.items():
-                start, boundary = i + 1, line
-            first_copies = set(self.by_uuid.values())
-            picked = [
-                i
-                for i in range(start, n)
-                if self.kind(i) == _MESSAGE and (not self.flags[i] & _HAS_UUID or i in first_copies)
-            ]
-            return picked, boundary
-        leaf = next((i for i in range(n - 1, -1, -1) if self.kind(i) == _MESSAGE), -1)
-        walked: list[int] = []
-        i, steps = leaf, 0
-        while i >= 0 and steps <= n:
-            if self.kind(i) == _BOUNDARY:
-                boundary = self.boundary_lines[i]
-                break
-            if self.kind(i) == _MESSAGE:
-                walked.append(i)
-            i, steps = self.parents[i], steps + 1
-        walked.reverse()
-        return walked, boundary
+META_REASON = "Claude Code meta line (isMeta)"
+"""``injectedBy.reason`` of a kept meta line."""
+_SKILL_PREFIX = "Base directory for this skill"
 
 
 class ClaudeCodeLog:
-    """A Claude Code session log as a re-iterable source of canonical turns."""
+    """A Claude Code session log as a re-iterable source of canonical turns.
 
-    def __init__(self, lines: JsonLines, *, ts: str) -> None:
+    ``subagent`` picks the conversation of that sub-agent (its ``agentId``) instead of the
+    main one; a log holding only sidechain lines is read as its sub-agent's conversation.
+    """
+
+    def __init__(self, lines: JsonLines, *, ts: str, subagent: str | None = None) -> None:
         self.lines = lines
         self.default_ts = ts
+        self.subagent = subagent
         self.notes: list[str] = []
-        self._chain: array[int] | None = None
+        self._picked: Picked | None = None
         self._index_notes: list[str] = []
 
-    def _build(self) -> array[int]:
-        index = _Index()
+    def _build(self) -> Picked:
+        tree = LogTree()
         non_objects = 0
         for line in self.lines:
             if isinstance(line.value, dict):
-                index.add(line.offset, line.number, line.value)
+                tree.add(line.offset, line.number, line.value)
             else:
                 non_objects += 1
-        index.resolve()
-        picked, boundary = index.chain()
-        messages = sum(1 for i in range(len(index.flags)) if index.kind(i) == _MESSAGE)
+        tree.resolve()
         notes = list(self.lines.notes)
         if non_objects:
             notes.append(f"skipped {non_objects} line(s) that are not JSON objects")
+        agent = self._agent(tree, notes)
+        picked = tree.pick(agent)
         labels = {
-            "sidechain": "sidechain (sub-agent) line(s)",
-            "meta": "meta line(s)",
+            "meta": "meta line(s) of local-command caveats or output",
             "api-error": "API-error stand-in line(s)",
             "malformed": "user/assistant line(s) without a message",
         }
         for what, label in labels.items():
-            if index.counts.get(what):
-                notes.append(f"left out {index.counts[what]} {label}")
-        if boundary is not None:
-            notes.append(f"started at the compaction boundary on line {boundary}; kept its summary")
-        if messages > len(picked):
-            where = "off the active branch" if index.linked else "repeating an earlier uuid"
+            if tree.counts.get(what):
+                notes.append(f"left out {tree.counts[what]} {label}")
+        if picked.meta:
             notes.append(
-                f"left out {messages - len(picked)} message line(s) {where}"
-                + (" or before the compaction" if boundary is not None else "")
+                f"kept {len(picked.meta)} meta line(s) (expanded commands, skill bodies, hook "
+                "context) as user turns marked _meta.injectedBy"
             )
-        if not index.linked and messages:
-            notes.append("lines carry no parentUuid links; read them in file order")
-        self._index_notes = notes
-        return array("q", (index.offsets[i] for i in picked))
+        self._index_notes = notes + picked.notes
+        return picked
+
+    def _agent(self, tree: LogTree, notes: list[str]) -> int:
+        """The agent number to read, and a note on the sub-agents left out or picked."""
+        names = sorted(tree.agents, key=tree.agents.__getitem__)
+        if self.subagent is not None:
+            if self.subagent not in tree.agents:
+                held = ", ".join(names) if names else "none"
+                raise EmptyTranscriptError(
+                    f"{self.lines.path}: no sub-agent {self.subagent!r} in this log "
+                    f"(sub-agents: {held})"
+                )
+            notes.append(f"read the conversation of sub-agent {self.subagent}")
+            return tree.agents[self.subagent]
+        agent = tree.last_sidechain_agent() if tree.roots + tree.children == 0 else MAIN
+        if agent != MAIN:
+            # A sub-agent's own log: every message line is a sidechain.
+            name = tree.name_of(agent)
+            others = [n for n in names if n != name]
+            notes.append(
+                f"every message line is a sidechain: read it as the conversation of sub-agent "
+                f"{name}"
+                + (f" (others here: {', '.join(others)}; --subagent picks one)" if others else "")
+            )
+            return agent
+        if tree.counts.get("sidechain"):
+            notes.append(
+                f"left out {tree.counts['sidechain']} sidechain (sub-agent) line(s) of "
+                f"{len(names)} sub-agent(s): {', '.join(names)} (--subagent ID saves one)"
+            )
+        return MAIN
 
     def __iter__(self) -> Iterator[Turn]:
-        if self._chain is None:
-            self._chain = self._build()
+        if self._picked is None:
+            self._picked = self._build()
         self.notes = list(self._index_notes)
+        meta = self._picked.meta
+        offsets = self._picked.offsets
         names: dict[str, str] = {}
         held: Turn | None = None
         held_id: Json = None
         results: list[Turn] = []
-        for record in self.lines.records_at(self._chain):
+        replies = 0
+        for offset, record in zip(offsets, self.lines.records_at(offsets), strict=True):
             message = record["message"]
             content = message["content"]
             ts = iso_utc(record.get("timestamp")) or self.default_ts
@@ -242,6 +152,7 @@ class ClaudeCodeLog:
                     content, model=model if isinstance(model, str) else None, ts=ts, names=names
                 )
                 held_id, results = message_id, []
+                replies += 1
                 continue
             turns = list(user_turns(content, ts=ts, names=names))
             if held is not None and turns and all(t.is_result for t in turns):
@@ -252,10 +163,31 @@ class ClaudeCodeLog:
                 yield held
                 yield from results
                 held, held_id, results = None, None, []
+            if offset in meta:
+                turns = [_injected(t, record, replies + 1) for t in turns]
             yield from turns
         if held is not None:
             yield held
             yield from results
+
+
+def _injected(turn: Turn, record: dict[str, Json], iteration: int) -> Turn:
+    """A kept meta turn, marked with the checkpoint's ``injectedBy`` (spec 2.2)."""
+    if turn.is_result:
+        return turn
+    content = turn.content
+    text = content if isinstance(content, str) else ""
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        first = content[0].get("text")
+        text = first if isinstance(first, str) else ""
+    uuid = record.get("uuid")
+    marker: dict[str, Json] = {
+        "injectionId": uuid if isinstance(uuid, str) else "",
+        "flavor": "skill" if text.startswith(_SKILL_PREFIX) else "instructions",
+        "reason": META_REASON,
+        "iteration": iteration,
+    }
+    return turn.evolve(extra=dict(turn.extra) | {"_meta": {"injectedBy": marker}})
 
 
 def _blocks(content: Json) -> list[Json]:

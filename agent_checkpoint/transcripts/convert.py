@@ -21,7 +21,7 @@ from typing import Literal
 
 import orjson
 
-from ..model import Json, Message, RunCheckpoint, ThinkingBlock, ToolCall
+from ..model import InjectedBy, Json, Message, RunCheckpoint, ThinkingBlock, ToolCall
 from ..validation import validate_checkpoint
 from .turns import (
     Turn,
@@ -108,6 +108,8 @@ class _Converter:
                 pieces.append(block)
                 continue
             kind = block.get("type") if isinstance(block, dict) else None
+            if isinstance(block, dict) and kind is None and "role" in block:
+                kind = "message"  # a Responses message in its short form, {role, content}
             if not isinstance(block, dict) or not isinstance(kind, str):
                 self.lose("content block without a type")
             elif kind in _TEXT and isinstance(block.get("text"), str):
@@ -144,7 +146,7 @@ class _Converter:
                 yield Message(turn.role, extra)
             return
         if turn.role != "assistant":
-            yield Message(turn.role, self.text(turn.content))
+            yield Message(turn.role, self.text(turn.content), injected_by=self.injected(turn))
             return
         thinking: list[ThinkingBlock] = []
         content = self.text(turn.content, thinking)
@@ -155,6 +157,18 @@ class _Converter:
             tool_calls=calls or None,
             thinking_blocks=tuple(thinking) or None,
         )
+
+    def injected(self, turn: Turn) -> InjectedBy | None:
+        """The turn's ``_meta.injectedBy`` marker (a kept Claude Code meta line), if any."""
+        meta = turn.extra.get("_meta")
+        marker = meta.get("injectedBy") if isinstance(meta, dict) else None
+        if not isinstance(marker, dict):
+            return None
+        try:
+            return InjectedBy.from_json(marker)
+        except (TypeError, ValueError):
+            self.lose("_meta.injectedBy marker that is not an injectedBy object")
+            return None
 
     def call(self, call: Json) -> ToolCall:
         id_, name = call_id(call), call_name(call)
@@ -287,6 +301,7 @@ def messages_to_turns(
                 {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.args)}
                 for c in message.tool_calls or ()
             )
+        injected = message.injected_by
         yield Turn(
             message.role,
             content,
@@ -294,6 +309,7 @@ def messages_to_turns(
             provider=provider,
             model=model if message.role == "assistant" else None,
             ts=ts,
+            extra={"_meta": {"injectedBy": injected.to_json()}} if injected else {},
         )
 
 

@@ -17,7 +17,7 @@ from .anthropic import turns_from_messages as anthropic_turns
 from .claude_code import ClaudeCodeLog
 from .codex import read_rollout
 from .detect import FORMATS, WRAPPER_KEYS, Detected, Format, detect
-from .errors import EmptyTranscriptError, MalformedTranscriptError
+from .errors import EmptyTranscriptError, MalformedTranscriptError, UnrecognizedFormatError
 from .jsonio import MAX_RECORD_BYTES, JsonDocument, JsonLines, Tolerance
 from .openai_chat import turns_from_messages as chat_turns
 from .openai_responses import turns_from_items
@@ -39,8 +39,10 @@ class Transcript:
         detected: Detected,
         *,
         max_record_bytes: int = MAX_RECORD_BYTES,
+        subagent: str | None = None,
     ) -> None:
         self.path = path
+        self.subagent = subagent
         self.format: Format = detected.format
         self.container = detected.container
         self.max_record_bytes = max_record_bytes
@@ -96,7 +98,7 @@ class Transcript:
             return
         if self.format == "claude-code":
             if self._log is None:
-                self._log = ClaudeCodeLog(self._lines("any"), ts=ts)
+                self._log = ClaudeCodeLog(self._lines("any"), ts=ts, subagent=self.subagent)
             yield from self._log
             notes.extend(self._log.notes)
             return
@@ -130,14 +132,22 @@ def open_transcript(
     *,
     format: Format | None = None,
     max_record_bytes: int = MAX_RECORD_BYTES,
+    subagent: str | None = None,
 ) -> Transcript:
     """Open a transcript of any supported format; ``format`` overrides detection.
 
-    Raises ``TranscriptError`` subclasses for a missing, empty, binary, non-JSON or
-    unrecognised file. Errors in later records surface while iterating.
+    ``subagent`` reads the conversation of that sub-agent (its ``agentId``) from a Claude
+    Code log instead of the main one. Raises ``TranscriptError`` subclasses for a missing,
+    empty, binary, non-JSON or unrecognised file, and for ``subagent`` on another format.
+    Errors in later records surface while iterating.
     """
     if format is not None and format not in FORMATS:
         raise ValueError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
     source = Path(path)
     detected = detect(source, max_record_bytes=max_record_bytes, forced=format)
-    return Transcript(source, detected, max_record_bytes=max_record_bytes)
+    if subagent is not None and detected.format != "claude-code":
+        raise UnrecognizedFormatError(
+            f"{source}: a {detected.format} file has no sub-agents; --subagent reads "
+            "Claude Code logs"
+        )
+    return Transcript(source, detected, max_record_bytes=max_record_bytes, subagent=subagent)

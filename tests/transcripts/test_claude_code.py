@@ -147,8 +147,9 @@ def test_the_active_branch_leaves_out_rewinds_sidechains_and_meta_lines(
     assert "Approach X" not in all_text and "Sub-agent" not in all_text
     assert "Caveat" not in all_text
     assert set(transcript.notes) >= {
-        "left out 2 sidechain (sub-agent) line(s)",
-        "left out 1 meta line(s)",
+        "left out 2 sidechain (sub-agent) line(s) of 1 sub-agent(s): "
+        "8ddf8780-39b7-4767-a4a5-bcf4f0c4f65e (--subagent ID saves one)",
+        "left out 1 meta line(s) of local-command caveats or output",
         "left out 2 message line(s) off the active branch",
     }
 
