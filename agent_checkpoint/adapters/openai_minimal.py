@@ -4,6 +4,7 @@
         python -m agent_checkpoint.adapters.openai_minimal "What about Italy?" --print-request
 
 ``--print-request`` prints the request instead of sending it (no ``openai`` package needed).
+Anything in the checkpoint that a chat message cannot hold is named on stderr.
 """
 
 from __future__ import annotations
@@ -15,25 +16,18 @@ import os
 import sys
 from typing import Any
 
-from agent_checkpoint.transcripts import read_turns, turns_to_messages
+from agent_checkpoint.transcripts import read_turns, turns_to_chat_messages
 
 
 def prior_messages() -> list[dict[str, Any]]:
     """The conversation to resume as OpenAI chat messages; none without a checkpoint."""
     path = os.environ.get("AGENT_CHECKPOINT_INIT")
-    turns = list(read_turns(path)) if path else []
-    messages = [{"role": "system", "content": t.content} for t in turns if t.role == "system"]
-    history, _ = turns_to_messages(turns)  # string content, tool calls, tool results
-    for m in history:
-        message: dict[str, Any] = {"role": m.role, "content": m.content}
-        if m.tool_calls:
-            message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name,
-                 "arguments": json.dumps(dict(c.args))}} for c in m.tool_calls
-            ]  # fmt: skip
-        if m.role == "tool":
-            message["tool_call_id"] = m.tool_call_id
-        messages.append(message)
+    if not path:
+        return []
+    # System and developer messages, images, tool calls and results, each in its place.
+    messages, report = turns_to_chat_messages(read_turns(path))
+    for line in report.lines(into="the request"):
+        print(f"openai_minimal: note: {line}", file=sys.stderr)
     return messages
 
 

@@ -11,10 +11,12 @@
 
 Readers: Claude Code session logs, OpenAI chat messages, Anthropic messages, OpenAI
 Responses items, Codex CLI rollouts, and the canonical turn JSONL itself (``FORMATS``).
-``turns_to_checkpoint`` / ``checkpoint_to_turns`` convert to and from ``RunCheckpoint``;
+``turns_to_checkpoint`` / ``checkpoint_to_turns`` convert to and from ``RunCheckpoint``,
+``turns_to_chat_messages`` to the OpenAI chat messages an adapter sends;
 ``diff_turns`` aligns two conversations; ``find_fork`` and ``merged_turns`` merge them.
 """
 
+from .chat_messages import turns_to_chat_messages
 from .convert import (
     ConversionReport,
     NotCarried,
@@ -93,6 +95,7 @@ __all__ = [
     "read_turns",
     "repair",
     "turn_from_json",
+    "turns_to_chat_messages",
     "turns_to_checkpoint",
     "turns_to_messages",
     "write_turns",

@@ -70,7 +70,7 @@ class ConversionReport:
 
     not_carried: tuple[NotCarried, ...] = ()
 
-    def lines(self) -> list[str]:
+    def lines(self, into: str = "the checkpoint") -> list[str]:
         """One line per kind of loss, naming up to five turns (counted from 1)."""
         by_kind: dict[str, list[int]] = {}
         for item in self.not_carried:
@@ -80,11 +80,13 @@ class ConversionReport:
             shown = ", ".join(str(t) for t in turns[:5]) + (", ..." if len(turns) > 5 else "")
             times = f", {len(turns)} times," if len(turns) > 1 else ","
             at = "turns" if len(turns) > 1 else "turn"
-            out.append(f"not carried into the checkpoint: {what}{times} at {at} {shown}")
+            out.append(f"not carried into {into}: {what}{times} at {at} {shown}")
         return out
 
 
-class _Converter:
+class Converter:
+    """Turns to history messages, one turn at a time, noting what they cannot hold."""
+
     def __init__(self) -> None:
         self.lost: list[NotCarried] = []
         self.names: dict[str, str] = {}
@@ -229,7 +231,7 @@ def _thinking(block: dict[str, Json]) -> ThinkingBlock:
 
 def turns_to_messages(turns: Iterable[Turn]) -> tuple[list[Message], ConversionReport]:
     """History messages for ``turns``, and what they could not carry."""
-    converter = _Converter()
+    converter = Converter()
     out: list[Message] = []
     for i, turn in enumerate(turns):
         converter.turn = i
