@@ -1,7 +1,8 @@
 """Aligned comparison of two conversations.
 
-Turns are compared on ``role``, ``content``, ``tool_calls`` and ``tool_results`` (``ts``,
-``provider``, ``model`` and unknown keys are ignored, as in the seed). The two sequences are
+Turns are compared on ``role``, ``content``, ``tool_calls`` and ``tool_results`` as
+``Turn.compared`` gives them (``ts``, ``provider``, ``model`` and unknown keys are ignored, as
+in the seed, and so is the ``name`` a result repeats from its call). The two sequences are
 aligned with ``difflib.SequenceMatcher`` over per-turn fingerprints, so a turn inserted in
 the middle is one difference, not a shifted tail of them. Both inputs are read twice (once to
 align, once to describe the differing turns) and never held whole in memory.
@@ -33,9 +34,8 @@ def _digest(value: Json) -> bytes:
 
 
 def _key(turn: Turn) -> tuple[str, bytes, bytes, bytes]:
-    calls = None if turn.tool_calls is None else list(turn.tool_calls)
-    results = None if turn.tool_results is None else list(turn.tool_results)
-    return (turn.role, _digest(turn.content), _digest(calls), _digest(results))
+    role, content, calls, results = turn.compared()
+    return (role, _digest(content), _digest(calls), _digest(results))
 
 
 def preview(turn: Turn) -> str:

@@ -96,11 +96,20 @@ class Turn:
         """A turn that answers tool calls (``role: tool``, or a user turn carrying results)."""
         return bool(self.tool_results) and self.role != "assistant"
 
+    def compared(self) -> tuple[str, Json, Json, Json]:
+        """What diff and merge compare, as the canonical format defines a turn: role,
+        content, calls and results; not ts, provider, model or other keys. A result's
+        ``name`` repeats the name of the call it answers (the seed writes none), so it is
+        left out, and an empty list of calls or results is the same as none."""
+        calls: Json = list(self.tool_calls) if self.tool_calls else None
+        results: Json = None
+        if self.tool_results:
+            results = [{k: v for k, v in r.items() if k != "name"} for r in self.tool_results]
+        return (self.role, self.content, calls, results)
+
     def fingerprint(self) -> bytes:
-        """What diff and merge compare: role, content, calls and results; not ts or model."""
-        calls = None if self.tool_calls is None else list(self.tool_calls)
-        results = None if self.tool_results is None else list(self.tool_results)
-        body = orjson.dumps([self.role, self.content, calls, results], option=orjson.OPT_SORT_KEYS)
+        """A digest of ``compared()``."""
+        body = orjson.dumps(list(self.compared()), option=orjson.OPT_SORT_KEYS)
         return hashlib.blake2b(body, digest_size=16).digest()
 
     def evolve(self, **changes: Any) -> Turn:
