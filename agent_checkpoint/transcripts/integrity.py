@@ -8,10 +8,13 @@ must answer a call. Results pair with calls by id, first come first served, so:
 - an **orphan result** (no call waiting for that id, or a second answer) is dropped, and a
   tool turn left with no result goes with it;
 - a **dangling call** (no result ever, including the missing half of a parallel batch) is
-  handled by the policy: ``"drop"`` (the default) cuts the conversation at the last point
-  where every call before it has its result, so a resumed run never inherits a call whose
-  outcome is unknown; ``"synthesize"`` keeps everything and adds an error result right
-  after the call's other results.
+  handled by the policy. ``"drop"`` (the default) never loses what the user said: a call
+  followed later by user (or system, developer) input is removed on its own, from the
+  turn's calls and content (the turn goes too if nothing else is left in it); the calls
+  after the last input are cut with everything after them, at the last point where every
+  call before has its result, so a resumed run never inherits a call whose outcome is
+  unknown. ``"synthesize"`` keeps everything and adds an error result right after the
+  call's other results.
 
 ``plan_integrity`` makes one pass over the turns keeping only ids and positions, and the
 returned plan's ``apply`` makes a second, streaming pass: both work on a ``Transcript``
@@ -50,6 +53,8 @@ class Dangling:
     turn: int
     id: str
     name: str
+    position: int = 0
+    """Its place among the turn's calls."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,8 @@ class IntegrityReport:
     cut_at: int | None = None
     """First input turn left out by the ``drop`` policy; ``None`` when nothing was cut."""
     dangling: tuple[Dangling, ...] = ()
+    dropped: tuple[Dangling, ...] = ()
+    """Dangling calls the ``drop`` policy removed on their own (user input follows them)."""
     orphans: tuple[Orphan, ...] = ()
     renamed: tuple[Renamed, ...] = ()
 
@@ -85,8 +92,15 @@ class IntegrityReport:
     def lines(self) -> list[str]:
         """One human-readable line per change (turns counted from 1)."""
         out: list[str] = []
+        out.extend(
+            f"dropped tool call {d.id} ({d.name or 'unnamed'}) at turn {d.turn + 1}: it has no "
+            "result and the conversation goes on after it (--on-dangling synthesize keeps it "
+            "with an error result)"
+            for d in self.dropped
+        )
         if self.cut_at is not None:
-            first, others = self.dangling[0], len(self.dangling) - 1
+            cut = [d for d in self.dangling if d not in self.dropped]
+            first, others = cut[0], len(cut) - 1
             where = f"after turn {self.cut_at}" if self.cut_at else "before its first turn"
             out.append(
                 f"cut the conversation {where} of {self.turns_in}: tool call {first.id} "
@@ -118,6 +132,7 @@ class IntegrityPlan:
     keep_until: int
     drop_turns: set[int] = field(default_factory=set)
     drop_results: set[tuple[int, int]] = field(default_factory=set)
+    drop_calls: set[tuple[int, int]] = field(default_factory=set)
     call_renames: dict[tuple[int, int], str] = field(default_factory=dict)
     result_renames: dict[tuple[int, int], str] = field(default_factory=dict)
     inserts: dict[int, list[Turn]] = field(default_factory=dict)
@@ -152,12 +167,20 @@ class IntegrityPlan:
                 nth = sum(1 for c in turn.tool_calls[:p] if call_id(c) == old)
                 content = _rename_in_content(content, old, new, nth)
             changes["tool_calls"], changes["content"] = tuple(calls), content
+        if turn.tool_calls and any((i, p) in self.drop_calls for p in range(len(turn.tool_calls))):
+            calls = list(changes.get("tool_calls", turn.tool_calls))
+            content = changes.get("content", turn.content)
+            for p in range(len(calls) - 1, -1, -1):
+                if (i, p) in self.drop_calls:
+                    content = _drop_from_content(content, call_id(calls[p]), _CALLS)
+                    del calls[p]
+            changes["tool_calls"], changes["content"] = tuple(calls) or None, content
         if turn.tool_results:
             kept: list[Json] = []
             content = changes.get("content", turn.content)
             for p, result in enumerate(turn.tool_results):
                 if (i, p) in self.drop_results:
-                    content = _drop_from_content(content, result_id(result))
+                    content = _drop_from_content(content, result_id(result), _RESULTS)
                     continue
                 new = self.result_renames.get((i, p))
                 if new is not None:
@@ -203,24 +226,42 @@ def _rename_in_content(content: Json, old: str, new: str, nth: int) -> Json:
     return out
 
 
-def _drop_from_content(content: Json, id_: str) -> Json:
+_CALLS = _REFERENCES[:1] + _REFERENCES[2:3] + _REFERENCES[4:]
+_RESULTS = _REFERENCES[1:2]
+
+
+def _drop_from_content(content: Json, id_: str, kinds: tuple[tuple[str, str], ...]) -> Json:
+    """``content`` without its blocks of ``kinds`` that refer to tool call ``id_``."""
     if not isinstance(content, list):
         return content
     return [
         b
         for b in content
         if not (
-            isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") == id_
+            isinstance(b, dict)
+            and any(b.get("type") == k and b.get(key) == id_ for k, key in kinds)
         )
     ]
 
 
+def _bare(turn: Turn) -> bool:
+    """Whether a turn holds nothing but its tool calls (it goes when they all go)."""
+    content = turn.content
+    if isinstance(content, list):
+        return all(
+            isinstance(b, dict) and any(b.get("type") == k for k, _ in _CALLS) for b in content
+        )
+    return not content
+
+
 def plan_integrity(turns: Iterable[Turn], *, policy: Policy = "drop") -> IntegrityPlan:
     """Decide the edits that give every call exactly one result (see the module doc)."""
-    pending: dict[str, deque[tuple[int, str, str]]] = {}
+    pending: dict[str, deque[tuple[int, str, str, int]]] = {}
     used: set[str] = set()
     starts, ends = array("q"), array("q")  # answered calls: (call turn, result turn)
     is_result = bytearray()
+    last_input = -1
+    bare: dict[int, int] = {}  # turns holding only their calls -> how many
     meta: dict[int, tuple[str | None, str | None]] = {}
     orphans: list[Orphan] = []
     renamed: list[Renamed] = []
@@ -229,6 +270,10 @@ def plan_integrity(turns: Iterable[Turn], *, policy: Policy = "drop") -> Integri
     for i, turn in enumerate(turns):
         n = i + 1
         is_result.append(1 if turn.is_result else 0)
+        if turn.role != "assistant" and not turn.is_result:
+            last_input = i
+        if turn.tool_calls and _bare(turn):
+            bare[i] = len(turn.tool_calls)
         dropped = 0
         for p, rid in enumerate(turn.result_ids):
             waiting = pending.get(rid)
@@ -237,7 +282,7 @@ def plan_integrity(turns: Iterable[Turn], *, policy: Policy = "drop") -> Integri
                 plan.drop_results.add((i, p))
                 dropped += 1
                 continue
-            call_turn, effective, _ = waiting.popleft()
+            call_turn, effective, _, _ = waiting.popleft()
             if not waiting:
                 del pending[rid]
             starts.append(call_turn)
@@ -257,25 +302,28 @@ def plan_integrity(turns: Iterable[Turn], *, policy: Policy = "drop") -> Integri
                 plan.call_renames[(i, p)] = effective
                 renamed.append(Renamed(i, cid, effective))
             used.add(effective)
-            pending.setdefault(cid, deque()).append((i, effective, call_name(call)))
+            pending.setdefault(cid, deque()).append((i, effective, call_name(call), p))
             meta[i] = (turn.provider, turn.ts)
     dangling = sorted(
-        (Dangling(t, eff, name) for waiting in pending.values() for t, eff, name in waiting),
-        key=lambda d: d.turn,
+        (Dangling(t, eff, name, p) for waiting in pending.values() for t, eff, name, p in waiting),
+        key=lambda d: (d.turn, d.position),
     )
     cut: int | None = None
+    alone: list[Dangling] = []
     plan.keep_until = n
     if dangling and policy == "drop":
-        blocked = [0] * (n + 2)
-        for start, end in [*zip(starts, ends, strict=True), *((d.turn, n) for d in dangling)]:
-            blocked[start + 1] += 1
-            blocked[end + 1] -= 1
-        depth, last_ok = 0, 0
-        for k in range(n + 1):
-            depth += blocked[k]
-            if depth == 0:
-                last_ok = k
-        cut = plan.keep_until = last_ok
+        tail = [d for d in dangling if d.turn > last_input]
+        cut = _cut(n, starts, ends, tail) if tail else None
+        if cut is not None and cut <= last_input:
+            cut = None  # cutting there would lose user input too: drop the calls alone
+        alone = [d for d in dangling if cut is None or d.turn < cut]
+        for d in alone:
+            plan.drop_calls.add((d.turn, d.position))
+            if d.turn in bare:
+                bare[d.turn] -= 1
+        plan.drop_turns.update(t for t in {d.turn for d in alone} if bare.get(t) == 0)
+        if cut is not None:
+            plan.keep_until = cut
     elif dangling:
         for d in dangling:
             at = d.turn + 1
@@ -294,10 +342,25 @@ def plan_integrity(turns: Iterable[Turn], *, policy: Policy = "drop") -> Integri
         turns_out=kept,
         cut_at=cut,
         dangling=tuple(dangling),
+        dropped=tuple(alone),
         orphans=tuple(o for o in orphans if cut is None or o.turn < cut),
         renamed=tuple(r for r in renamed if cut is None or r.turn < cut),
     )
     return plan
+
+
+def _cut(n: int, starts: array[int], ends: array[int], dangling: list[Dangling]) -> int:
+    """The last point before which every call has its result, ``dangling`` never answered."""
+    blocked = [0] * (n + 2)
+    for start, end in [*zip(starts, ends, strict=True), *((d.turn, n) for d in dangling)]:
+        blocked[start + 1] += 1
+        blocked[end + 1] -= 1
+    depth, last_ok = 0, 0
+    for k in range(n + 1):
+        depth += blocked[k]
+        if depth == 0:
+            last_ok = k
+    return last_ok
 
 
 def repair(turns: Iterable[Turn], *, policy: Policy = "drop") -> tuple[list[Turn], IntegrityReport]:

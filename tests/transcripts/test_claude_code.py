@@ -93,7 +93,7 @@ def test_session_b_has_its_three_turns(saved: Saved, fixture_path: Fixture) -> N
     assert text(turns[0]).startswith("This is from a different session file")
 
 
-def test_edge_cases_keep_the_conversation_and_cut_at_the_unanswered_edit(
+def test_edge_cases_keep_the_conversation_and_drop_only_the_unanswered_calls(
     saved: Saved, fixture_path: Fixture
 ) -> None:
     path = fixture_path("claude-code/edge_cases.jsonl")
@@ -107,6 +107,9 @@ def test_edge_cases_keep_the_conversation_and_cut_at_the_unanswered_edit(
         ("user", (), ()),
         ("user", (), ()),
         ("user", (), ()),
+        ("assistant", (), ()),  # the unanswered MultiEdit's turn went with it
+        ("user", (), ()),
+        ("user", (), ()),  # as did the unanswered TodoWrite's, before this
     ]
     assert turns[4].content == "Error: Tool execution failed with error: Command not found"
     assert turns[4].tool_results[0]["is_error"] is True  # type: ignore[index]

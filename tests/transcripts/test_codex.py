@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from agent_checkpoint.transcripts import Turn, open_transcript
 
@@ -84,3 +85,28 @@ def test_an_old_rollout_of_bare_items_reads_too(tmp_path: Path) -> None:
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     transcript = open_transcript(path, format="codex")
     assert [t.role for t in transcript] == ["user", "assistant"]
+
+
+def test_an_interrupted_call_keeps_the_developer_and_user_messages_after_it(
+    run: Callable[..., Any], fixture_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "ckpt.jsonl"
+    ran = run("save", str(fixture_path("transcripts/codex_dangling_middle.jsonl")), "-o", str(out))
+    assert ran.code == 0
+    assert ran.err == (
+        "agent-checkpoint: note: dropped tool call call_pytest (shell) at turn 2: it has no "
+        "result and the conversation goes on after it (--on-dangling synthesize keeps it with "
+        "an error result)\n"
+    )
+    turns = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [(t["role"], t["tool_calls"] and [c["id"] for c in t["tool_calls"]]) for t in turns] == [
+        ("user", None),
+        ("assistant", None),  # its reasoning stays; the unanswered call went
+        ("developer", None),
+        ("user", None),
+        ("assistant", ["call_diff"]),
+        ("tool", None),
+        ("assistant", None),
+    ]
+    assert [item["type"] for item in turns[1]["content"]] == ["reasoning"]
+    assert turns[3]["content"][0]["text"] == "skip the tests, just show the diff"

@@ -56,18 +56,60 @@ def test_a_dangling_call_at_the_end_is_cut_like_the_seed() -> None:
     ]
 
 
-def test_a_dangling_call_in_the_middle_cuts_the_history_there() -> None:
+def test_a_dangling_call_followed_by_user_input_is_dropped_alone() -> None:
     history = [user("q"), calls("a"), user("never mind"), calls("b"), result("b"), user("end")]
     repaired, report = repair(history)
-    assert flat(repaired) == [("user", "q")]
-    assert report.cut_at == 1 and [d.id for d in report.dangling] == ["a"]
+    assert flat(repaired) == [
+        ("user", "q"),
+        ("user", "never mind"),
+        ("assistant", ("b",)),
+        ("tool", ("b",)),
+        ("user", "end"),
+    ]  # the call's turn held nothing else, so it went with it
+    assert report.cut_at is None and [d.id for d in report.dropped] == ["a"]
+    assert report.lines() == [
+        "dropped tool call a (fn_a) at turn 2: it has no result and the conversation goes on "
+        "after it (--on-dangling synthesize keeps it with an error result)"
+    ]
 
 
-def test_a_partial_parallel_batch_is_cut_before_the_batch() -> None:
+def test_a_dropped_call_leaves_the_rest_of_its_turn() -> None:
+    said = Turn(
+        "assistant",
+        [{"type": "text", "text": "Let me look."}, {"type": "tool_use", "id": "a", "name": "f"}],
+        tool_calls=(make_tool_call("a", "f", {}),),
+    )
+    repaired, _ = repair([user("q"), said, user("stop, thanks")])
+    assert repaired[1] == said.evolve(
+        content=[{"type": "text", "text": "Let me look."}], tool_calls=None
+    )
+    assert len(repaired) == 3
+
+
+def test_a_partial_parallel_batch_loses_only_its_unanswered_call() -> None:
     history = [user("q"), calls("a", "b", "c"), result("a"), result("c"), user("next")]
     repaired, report = repair(history)
-    assert flat(repaired) == [("user", "q")]
-    assert [d.id for d in report.dangling] == ["b"]
+    assert flat(repaired) == [
+        ("user", "q"),
+        ("assistant", ("a", "c")),
+        ("tool", ("a",)),
+        ("tool", ("c",)),
+        ("user", "next"),
+    ]
+    assert [b["id"] for b in repaired[1].content] == ["a", "c"]
+    assert [d.id for d in report.dangling] == ["b"] and report.cut_at is None
+
+
+def test_the_last_exchange_is_still_cut_when_no_user_input_follows() -> None:
+    history = [user("q"), calls("a"), result("a"), user("again"), calls("b", "c"), result("c")]
+    repaired, report = repair(history)
+    assert flat(repaired) == [
+        ("user", "q"),
+        ("assistant", ("a",)),
+        ("tool", ("a",)),
+        ("user", "again"),
+    ]
+    assert report.cut_at == 4 and report.dropped == ()
 
 
 def test_synthesize_answers_the_missing_call_right_after_its_batch() -> None:
@@ -166,14 +208,24 @@ def test_after_repair_every_call_has_exactly_one_later_result_and_no_orphan_rema
     again, second = repair(repaired, policy=policy)  # type: ignore[arg-type]
     assert again == repaired and not second.changed
     assert report.turns_out == len(repaired)
-    if policy == "drop":  # a cut keeps a prefix: nothing is reordered or invented
+    if policy == "drop":  # nothing is reordered or invented; only unanswered calls go
         originals = iter(history)
-        for turn in repaired:  # same turn, bar renamed ids
+        for turn in repaired:  # same turn, bar renamed ids and dropped calls
             assert any(
-                (turn.role, len(turn.call_ids), len(turn.result_ids))
-                == (o.role, len(o.call_ids), len(o.result_ids))
+                (turn.role, len(turn.result_ids)) == (o.role, len(o.result_ids))
+                and len(turn.call_ids) <= len(o.call_ids)
                 for o in originals
             )
+        said = [t.content for t in history if t.role == "user"]
+        kept = [t.content for t in repaired if t.role == "user"]
+        last_input = max((i for i, t in enumerate(history) if t.role == "user"), default=-1)
+        cut_inputs = (
+            0
+            if report.cut_at is None
+            else sum(1 for t in history[report.cut_at :] if t.role == "user")
+        )
+        assert len(kept) == len(said) - cut_inputs
+        assert report.cut_at is None or report.cut_at > last_input
     else:
         assert report.cut_at is None
         kept = [t for t in repaired if t.content != DANGLING_RESULT]
