@@ -1,9 +1,10 @@
 """Peak memory of ``agent-checkpoint save`` on a large Claude Code session log.
 
-Writes a synthetic log of realistic shape (a parentUuid chain, streamed assistant lines,
-thinking with signatures, parallel tool calls, tool results of 1-24 KB, progress and
-file-history-snapshot lines, a rewound branch, sub-agent sidechain lines and a compaction
-boundary half way), then runs the real CLI on it in a child process and reports that child's
+Writes a synthetic log of the shape Claude Code 2.1 writes (a parentUuid chain, streamed
+assistant lines, thinking with signatures, parallel tool calls one line per block with each
+result under its own call's line, tool results of 1-24 KB, skill-body meta lines, progress
+and file-history-snapshot lines, a rewound branch, sub-agent sidechain lines and a
+compaction boundary half way), then runs the real CLI on it in a child process and reports that child's
 peak resident set size (``getrusage(RUSAGE_CHILDREN).ru_maxrss``).
 
     python benchmarks/claude_code_memory.py            # 100 MB log
@@ -30,7 +31,7 @@ BASE = {
     "userType": "external",
     "cwd": "/work/app",
     "sessionId": SESSION,
-    "version": "2.0.14",
+    "version": "2.1.39",
     "gitBranch": "main",
 }
 
@@ -128,7 +129,8 @@ def session(rng: random.Random, target: int, result_words: int) -> Iterator[dict
         )
         batch.append(rec)
         calls = [f"toolu_{exchange:07d}_{k}" for k in range(rng.choice((1, 1, 2, 3)))]
-        for call in calls:
+        call_lines: list[str] = []
+        for call in calls:  # one line per tool_use block, as Claude Code 2.1 writes them
             uid, rec = _line(
                 "assistant",
                 uid,
@@ -147,16 +149,18 @@ def session(rng: random.Random, target: int, result_words: int) -> Iterator[dict
                     **model,
                 },
             )
+            call_lines.append(uid)
             batch.append(rec)
         uid, rec = _line(
             "progress", uid, data={"type": "hook_progress", "hookEvent": "PostToolUse"}
         )
         batch.append(rec)
-        for call in calls:
+        for call, call_line in zip(calls, call_lines, strict=True):
             body = _words(rng, rng.randint(min(150, result_words), result_words))
+            # Each result hangs off its own call's line, so only the last is on the chain.
             uid, rec = _line(
                 "user",
-                uid,
+                call_line,
                 message={
                     "role": "user",
                     "content": [
@@ -169,7 +173,20 @@ def session(rng: random.Random, target: int, result_words: int) -> Iterator[dict
                     ],
                 },
                 toolUseResult={"stdout": body[:200], "stderr": "", "interrupted": False},
+                sourceToolAssistantUUID=call_line,
             )
+            batch.append(rec)
+        if exchange % 7 == 0:  # a skill's body, a meta line the model acts on
+            uid, rec = _line(
+                "user",
+                uid,
+                isMeta=True,
+                message={
+                    "role": "user",
+                    "content": [{"type": "text", "text": "Base directory for this skill: "
+                                 + _words(rng, 120)}],
+                },
+            )  # fmt: skip
             batch.append(rec)
         if exchange % 10 == 0:
             _, side = _line(

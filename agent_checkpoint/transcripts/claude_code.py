@@ -99,7 +99,7 @@ class ClaudeCodeLog:
         names = sorted(tree.agents, key=tree.agents.__getitem__)
         if self.subagent is not None:
             if self.subagent not in tree.agents:
-                held = ", ".join(names) if names else "none"
+                held = _listed(names) if names else "none"
                 raise EmptyTranscriptError(
                     f"{self.lines.path}: no sub-agent {self.subagent!r} in this log "
                     f"(sub-agents: {held})"
@@ -114,13 +114,13 @@ class ClaudeCodeLog:
             notes.append(
                 f"every message line is a sidechain: read it as the conversation of sub-agent "
                 f"{name}"
-                + (f" (others here: {', '.join(others)}; --subagent picks one)" if others else "")
+                + (f" (others here: {_listed(others)}; --subagent picks one)" if others else "")
             )
             return agent
         if tree.counts.get("sidechain"):
             notes.append(
                 f"left out {tree.counts['sidechain']} sidechain (sub-agent) line(s) of "
-                f"{len(names)} sub-agent(s): {', '.join(names)} (--subagent ID saves one)"
+                f"{len(names)} sub-agent(s): {_listed(names)} (--subagent ID saves one)"
             )
         return MAIN
 
@@ -169,6 +169,11 @@ class ClaudeCodeLog:
         if held is not None:
             yield held
             yield from results
+
+
+def _listed(names: list[str], shown: int = 5) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def _injected(turn: Turn, record: dict[str, Json], iteration: int) -> Turn:

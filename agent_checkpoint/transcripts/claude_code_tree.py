@@ -107,7 +107,7 @@ class LogTree:
     offsets: array[int] = field(default_factory=lambda: array("q"))
     parents: array[int] = field(default_factory=lambda: array("q"))
     flags: array[int] = field(default_factory=lambda: array("B"))
-    agent_of: array[int] = field(default_factory=lambda: array("l"))
+    agent_of: array[int] = field(default_factory=lambda: array("i"))
     message_keys: array[int] = field(default_factory=lambda: array("q"))
     by_uuid: dict[UuidKey, int] = field(default_factory=dict)
     boundary_lines: dict[int, int] = field(default_factory=dict)
@@ -274,7 +274,21 @@ class LogTree:
         keys = {self.message_keys[i] for i in chain if self.message_keys[i]}
         if not keys:
             return chain
-        on_chain = {i for i in chain if self.message_keys[i]}
+        on_chain = bytearray(len(self.flags))
+        for i in chain:
+            on_chain[i] = 1
+        forked: set[int] = set()  # messages with a line or a result off the chain
+        for i in range(chain[0], len(self.flags)):
+            if on_chain[i] or not self._mine(i, agent):
+                continue
+            parent = self.parents[i]
+            if self.message_keys[i] in keys:
+                forked.add(self.message_keys[i])
+            elif self.flags[i] & _RESULTS and parent >= 0 and self.message_keys[parent] in keys:
+                forked.add(self.message_keys[parent])
+        if not forked:
+            return chain
+        keys = forked
         group: dict[int, int] = {}  # line -> its message's first line
         members: dict[int, list[int]] = {}
         for i in range(chain[0], len(self.flags)):
@@ -284,7 +298,7 @@ class LogTree:
                 # one (streamed tool execution writes later blocks there).
                 g = group.get(self._message_above(i), -1)
                 if g < 0 or self.message_keys[g] != key:
-                    if i not in on_chain:
+                    if not on_chain[i]:
                         continue
                     g = i
             elif self.flags[i] & _RESULTS and self.parents[i] in group and self._mine(i, agent):
