@@ -36,6 +36,7 @@ from .errors import (
     OwnershipConflictError,
     StoreClosedError,
     StoreError,
+    StoreNotFoundError,
     UnreadableEnvelopeError,
 )
 from .migrations import Migrations
@@ -91,6 +92,7 @@ __all__ = [
     "Store",
     "StoreClosedError",
     "StoreError",
+    "StoreNotFoundError",
     "Summary",
     "ThinkingBlock",
     "ToolCall",

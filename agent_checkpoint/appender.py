@@ -21,7 +21,8 @@ from .backends.base import Summary
 from .backends.segments import GAP, Split, chain
 from .codec import Digest, count_messages, digest_of
 from .model import Message, RunCheckpoint
-from .validation import check_writable, validate_checkpoint, validate_messages
+from .validation import validate_checkpoint, validate_messages
+from .writable import check_tree, check_writable, dumps
 
 __all__ = ["Appender", "Encoded", "Tail"]
 
@@ -98,17 +99,19 @@ class Appender:
             tail = None
         start = len(tail.history) if tail is not None else 0
         data = checkpoint.evolve(history=()).to_json()
+        check_tree(data, level=2, where="data")
         validate_checkpoint(data)
-        check_writable(data)
         new = [m.to_json() for m in history[start:]]
+        check_tree(new, level=3, where="data.history", first=start)
         validate_messages(new, start)
+        envelope = {"format": "conversation-v1", "data": data, "savedAt": saved_at}
+        check_writable(envelope, data, "data")
         data["history"] = [_TOKEN]
-        before, hole, after = orjson.dumps(
-            {"format": "conversation-v1", "data": data, "savedAt": saved_at}
-        ).partition(_HOLE)
+        before, hole, after = dumps(envelope).partition(_HOLE)
         assert hole, "the history placeholder must appear once in the envelope"
         head = before + b"[" + GAP + b"]" + after
-        segment = orjson.dumps(new)[1:-1]  # the array's contents: messages joined by commas
+        # The array's contents: messages joined by commas.
+        segment = dumps(new, level=3, where="data.history", first=start)[1:-1]
         if tail is not None:
             history_size = tail.history_size + (1 if tail.history_size and segment else 0)
             history_size += len(segment)
@@ -118,7 +121,6 @@ class Appender:
             history_size, message_count = len(segment), count_messages(new)
             digest = chain("", segment)
         data["history"] = []
-        envelope = {"format": "conversation-v1", "data": data, "savedAt": saved_at}
         summary_digest = digest_of(envelope, message_count=message_count)
         return Encoded(
             split=Split(head, segment, digest),

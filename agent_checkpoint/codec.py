@@ -1,13 +1,16 @@
 """Bytes <-> envelopes: what a backend stores and what a reader gets back.
 
-The stored bytes are the JSON envelope, encoded with orjson (key order kept). Decoding applies
-the migration chain to the envelope's data before the door, and reports anything that does not
-decode as ``UnreadableEnvelopeError``, never as absent. ``summarize`` derives the fields a
-backend indexes (owner, agent, failure point, message count) from the envelope on the way in.
+The stored bytes are the JSON envelope, encoded with orjson (key order kept), after the door and
+the writer's checks (``writable.py``). Decoding applies the migration chain to the envelope's
+data before the door, and reports anything that does not decode, or nests past
+``writable.MAX_DEPTH``, as ``UnreadableEnvelopeError``, never as absent. ``summarize`` derives
+the fields a backend indexes (owner, agent, failure point, message count) from the envelope on
+the way in.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -21,17 +24,18 @@ from .envelope import (
     Envelope,
     check_envelope,
     envelope_owner,
+    preview_pieces,
     read_format,
     unreadable,
     validate_envelope,
 )
 from .migrations import DEFAULT, Migrations
 from .model import Json
-from .validation import check_writable
+from .writable import check_tree, check_writable, dumps, too_deep, unreadable_depth
 
 __all__ = ["Codec", "Digest", "count_messages", "digest_of"]
 
-_OBJECT_START = re.compile(rb"[ \t\r\n]*\{")
+_NOT_AN_OBJECT = re.compile(rb"[ \t\r\n]*[^ \t\r\n{]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,13 @@ class Digest:
 def _conversation(doc: Mapping[str, Any]) -> Mapping[str, Any]:
     data = doc["data"]
     return data["conversation"] if doc.get("format") == PAUSED_RUN else data  # type: ignore[no-any-return]
+
+
+def _check_writable(doc: Mapping[str, Any]) -> None:
+    """The writer's checks past the JSON (``writable.check_writable``) of an envelope the door
+    accepted."""
+    where = "data.conversation" if doc.get("format") == PAUSED_RUN else "data"
+    check_writable(doc, _conversation(doc), where)
 
 
 def count_messages(history: Iterable[Mapping[str, Any]]) -> int:
@@ -100,9 +111,19 @@ class Codec:
         """Validate an envelope (object or JSON) stored under ``key``; return its stored bytes
         and index digest."""
         doc = envelope.to_json() if isinstance(envelope, Envelope) else dict(envelope)
+        check_tree(doc)  # JSON first, as on reading: the door sees only what can be stored
         validate_envelope(doc)
-        check_writable(_conversation(doc))
-        return self.sealer.seal(orjson.dumps(doc), key), _digest(doc)
+        _check_writable(doc)
+        return self.sealer.seal(dumps(doc), key), _digest(doc)
+
+    def check_stored(self, body: bytes, key: str) -> Digest:
+        """The index digest of encoded bytes handed over whole (``Store.put_record``), after
+        the checks ``encode`` makes: the bytes must open and decode under this codec, and the
+        envelope pass the door and the writer's checks."""
+        doc = self._upgraded(body, key)
+        validate_envelope(doc, key)
+        _check_writable(doc)
+        return _digest(doc)
 
     def reseal(self, body: bytes, key: str) -> bytes:
         """The same envelope under this codec's current container settings (for ``rekey``)."""
@@ -115,13 +136,19 @@ class Codec:
         return doc
 
     def _upgraded(self, body: bytes, key: str | None) -> dict[str, Json]:
-        body = self.sealer.open(body, key)
-        if not _OBJECT_START.match(body):  # not an object: no need to parse (or copy) it all
-            raise unreadable(body, key)
+        pieces = self.sealer.pieces(body, key)
+        first = next(pieces, b"")
+        if _NOT_AN_OBJECT.match(first):  # no need to parse, or even hold, the rest
+            raise unreadable(None, key, preview=preview_pieces(itertools.chain([first], pieces)))
+        body = b"".join(itertools.chain([first], pieces))  # one piece: no copy
         try:
-            doc = orjson.loads(body)
+            doc, broken = orjson.loads(body), False
         except orjson.JSONDecodeError:
-            raise unreadable(bytes(body), key) from None
+            broken = True  # and let the error go: it holds a decoded copy of the bytes
+        if broken:
+            raise unreadable(body, key)
+        if too_deep(doc):
+            raise unreadable_depth(doc, key)
         fmt = read_format(doc, key)
         if self.migrations.needs_upgrade(doc.get("data") if fmt != PAUSED_RUN else None):
             doc = {**doc, "data": self.migrations.upgrade(doc["data"])}

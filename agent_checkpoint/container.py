@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import os
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -82,8 +82,11 @@ def keyring_from_env(value: str | None = None) -> Keyring | None:
     order: list[str] = []
     for item in text.split(","):
         kid, sep, encoded = item.strip().partition(":")
-        if not sep:
-            raise ValueError(f"{KEYS_ENV} entries are id:base64key; got {kid[:12]!r}…")
+        if not sep or not kid:
+            # never quote the entry: without its id, it is key material
+            raise ValueError(
+                f"{KEYS_ENV} entry {len(order) + 1} is not id:base64key (its id is missing)"
+            )
         try:
             keys[kid] = base64.b64decode(encoded, validate=True)
         except ValueError:
@@ -156,54 +159,56 @@ class Sealer:
         wanted_kid = self.keyring.primary if self.keyring is not None else None
         return kid == wanted_kid and header.get("c") == self.compress
 
+    def can_open(self, body: bytes) -> bool:
+        """Whether this sealer has what ``body`` needs: always for a plain or compressed
+        record (or a damaged one, which opening reports), the key id of an encrypted one."""
+        header = _header(body) if is_container(body) else None
+        if header is None or "e" not in header:
+            return True
+        return self.keyring is not None and str(header.get("kid")) in self.keyring.keys
+
     def open(self, body: bytes, key: str | None) -> bytes:
         """The envelope bytes inside ``body`` (``body`` itself if it is no container)."""
+        pieces = list(self.pieces(body, key))
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def pieces(self, body: bytes, key: str | None) -> Iterator[bytes]:
+        """``open``'s bytes, a piece at a time as they inflate (one piece unless compressed):
+        a reader that can refuse them from the first piece holds no more than that."""
         if not is_container(body):
-            return body
-        start = len(MAGIC) + 2
-        size = int.from_bytes(body[len(MAGIC) : start], "big")
-        head = body[start : start + size]
-        try:
-            header = orjson.loads(head)
-            if not isinstance(header, dict):
-                raise TypeError("header is not an object")
-        except (orjson.JSONDecodeError, TypeError):
-            raise _broken(key, "its container header is damaged") from None
-        payload = body[start + size :]
+            yield body
+            return
+        header, head, payload = _parts(body, key)
         if "e" in header:
             payload = self._decrypt(header, head, payload, key)
         if header.get("c") == "zlib":
-            payload = self._inflate(payload, key)
+            yield from self._inflate(payload, key)
         elif "c" in header:
             raise _broken(key, f"it uses compression {header['c']!r}, which this library lacks")
-        return payload
+        else:
+            yield payload
 
-    def _inflate(self, payload: bytes, key: str | None) -> bytes:
+    def _inflate(self, payload: bytes, key: str | None) -> Iterator[bytes]:
         """Decompress in bounded chunks: a small bomb can take neither unbounded memory nor
         more than ``max_plain_bytes``."""
-        inflate = zlib.decompressobj()
-        chunks: list[bytes] = []
         total = 0
         try:
-            while payload:
-                chunk = inflate.decompress(payload, _INFLATE_CHUNK)
-                chunks.append(chunk)
+            for chunk in _inflating(payload):
                 total += len(chunk)
                 if total > self.max_plain_bytes:
                     raise _broken(key, f"it inflates past {self.max_plain_bytes} bytes")
-                payload = inflate.unconsumed_tail
-                if not chunk and not payload:
-                    break
-            chunks.append(inflate.flush())
+                if chunk:
+                    yield chunk
         except zlib.error:
             raise _broken(key, "its compressed payload is damaged") from None
-        return b"".join(chunks)
 
     def _decrypt(
-        self, header: Mapping[str, Any], head: bytes, payload: bytes, key: str | None
+        self, header: Mapping[str, str], head: bytes, payload: bytes, key: str | None
     ) -> bytes:
-        kid = str(header.get("kid"))
-        if header.get("e") != "aes-256-gcm":
+        kid = header.get("kid")
+        if kid is None or "n" not in header:
+            raise _damaged(key, "kid" if kid is None else "n", "missing")
+        if header["e"] != "aes-256-gcm":
             raise _broken(key, f"it uses cipher {header.get('e')!r}, which this library lacks")
         if self.keyring is None:
             raise DecryptionError(
@@ -224,7 +229,7 @@ class Sealer:
         try:
             nonce = base64.b64decode(header["n"])
             plain: bytes = self._cipher(kid).decrypt(nonce, payload, _aad(head, key or ""))
-        except (InvalidTag, KeyError, ValueError):
+        except (InvalidTag, ValueError):
             raise DecryptionError(
                 f"record {key!r} failed authentication with key id {kid!r}: the bytes were "
                 "altered, or they belong to another record",
@@ -234,14 +239,60 @@ class Sealer:
         return plain
 
 
-def _header(body: bytes) -> dict[str, Any] | None:
+def _inflating(payload: bytes) -> Iterator[bytes]:
+    inflate = zlib.decompressobj()
+    while payload:
+        yield inflate.decompress(payload, _INFLATE_CHUNK)
+        payload = inflate.unconsumed_tail
+    yield inflate.flush()
+
+
+def _header(body: bytes) -> dict[str, str] | None:
+    try:
+        return _parts(body, None)[0]
+    except UnreadableEnvelopeError:
+        return None
+
+
+def _parts(body: bytes, key: str | None) -> tuple[dict[str, str], bytes, bytes]:
+    """A container's header, the header's bytes (bound into the cipher's associated data)
+    and the payload. Every header field is a string; anything else is refused by name, as
+    ``DecryptionError`` when the container says it is encrypted."""
     start = len(MAGIC) + 2
     size = int.from_bytes(body[len(MAGIC) : start], "big")
+    head = body[start : start + size]
     try:
-        header = orjson.loads(body[start : start + size])
+        header = orjson.loads(head)
     except orjson.JSONDecodeError:
-        return None
-    return header if isinstance(header, dict) else None
+        header = None
+    if not isinstance(header, dict) or len(head) != size:
+        raise _broken(key, "its container header is damaged")
+    for name, value in header.items():
+        if not isinstance(value, str):
+            what = f"{_json_kind(value)}, not a string"
+            if "e" in header:
+                raise _damaged(key, name, what)
+            raise _broken(key, f"its container header is damaged ({name!r} is {what})")
+    return header, head, body[start + size :]
+
+
+def _damaged(key: str | None, field: str, what: str) -> DecryptionError:
+    return DecryptionError(
+        f"record {key!r} is encrypted, but its container header is damaged: {field!r} is "
+        f"{what}. The record exists: it is not absent.",
+        session_id=key,
+        stored_preview="an encrypted record",
+    )
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "an array" if isinstance(value, list) else "an object"
 
 
 def _aad(head: bytes, key: str) -> bytes:

@@ -7,7 +7,8 @@ allow-list is an ``UnknownFormatError``. The two readers refuse each other's for
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import codecs
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -31,6 +32,7 @@ __all__ = [
     "conversation_of",
     "envelope_owner",
     "envelope_transcript",
+    "preview_pieces",
     "preview_stored",
     "read_envelope",
     "read_format",
@@ -113,7 +115,7 @@ def _utf16_prefix(text: str, units: int) -> str:
 def preview_stored(value: Any) -> str:
     """A short, safe description of what a store handed back (``previewStored``)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return _preview_bytes(bytes(value))
+        return preview_pieces([value])
     if isinstance(value, str):
         n = _utf16_units(value)
         if n <= STORED_PREVIEW_LIMIT:
@@ -136,24 +138,37 @@ def preview_stored(value: Any) -> str:
     return "undefined"
 
 
-_CONTINUATION = [bytes([b]) for b in range(0x80, 0xC0)]
-_FOUR_BYTE_LEADS = [bytes([b]) for b in range(0xF0, 0xF8)]
+_COUNT_CHUNK = 1 << 20
+_PREFIX_BYTES = 4 * STORED_PREVIEW_LIMIT  # a UTF-8 character takes at most 4 bytes
 
 
-def _preview_bytes(data: bytes) -> str:
-    """``preview_stored`` of stored bytes, decoding only the quoted prefix: the length in
-    UTF-16 units is counted from the UTF-8 lead bytes, so a huge record costs no huge string."""
-    if len(data) <= 4 * STORED_PREVIEW_LIMIT:
-        return preview_stored(data.decode("utf-8", "replace"))
-    # One unit per character, two above U+FFFF; counted in place, without a copy of the data.
-    units = len(data) - sum(data.count(b) for b in _CONTINUATION)
-    units += sum(data.count(b) for b in _FOUR_BYTE_LEADS)
-    prefix = data[: 4 * STORED_PREVIEW_LIMIT].decode("utf-8", "replace")
-    return f'"{_utf16_prefix(prefix, STORED_PREVIEW_LIMIT)}…" ({units} chars)'
+def preview_pieces(pieces: Iterable[bytes | bytearray | memoryview]) -> str:
+    """``preview_stored`` of stored bytes as UTF-8 (errors replaced), given a piece at a time:
+    only the quoted prefix is decoded whole, and the length in UTF-16 units is counted a chunk
+    at a time, so a huge record costs neither a huge string nor more than one pass."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    prefix = b""
+    units = 0
+    for piece in pieces:
+        view = memoryview(piece).cast("B")
+        if len(prefix) < _PREFIX_BYTES:
+            prefix += bytes(view[: _PREFIX_BYTES + 1 - len(prefix)])
+        for start in range(0, len(view), _COUNT_CHUNK):
+            text = decoder.decode(view[start : start + _COUNT_CHUNK])
+            # Only characters past U+FFFF take two units: there are none in ASCII text.
+            units += len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
+    units += len(decoder.decode(b"", final=True))
+    if len(prefix) <= _PREFIX_BYTES:
+        return preview_stored(prefix.decode("utf-8", "replace"))
+    shown = _utf16_prefix(prefix[:_PREFIX_BYTES].decode("utf-8", "replace"), STORED_PREVIEW_LIMIT)
+    return f'"{shown}…" ({units} chars)'
 
 
-def unreadable(value: Any, session_id: str | None = None) -> UnreadableEnvelopeError:
-    preview = preview_stored(value)
+def unreadable(
+    value: Any, session_id: str | None = None, *, preview: str | None = None
+) -> UnreadableEnvelopeError:
+    """The refusal of ``value`` (or of what ``preview`` describes), as ``readFormat`` words it."""
+    preview = preview_stored(value) if preview is None else preview
     opening = (
         f"session '{session_id}' has a STORED conversation this runtime cannot read"
         if session_id is not None

@@ -3,7 +3,7 @@
 ::
 
     CheckpointError                         (Exception)
-    ├── InvalidCheckpointError              (TypeError)   the door refused a record (spec §3)
+    ├── InvalidCheckpointError              (TypeError)   the door (spec §3) or writer refused it
     ├── EnvelopeError                       (TypeError)
     │   ├── UnknownFormatError                            envelope `format` not on the allow-list
     │   ├── WrongEnvelopeKindError                        a paused run read as a conversation, or back
@@ -21,6 +21,7 @@
     └── StoreError
         ├── InvalidKeyError                 (ValueError)  a key or cursor the store cannot take
         ├── NotFoundError                   (LookupError) an operation that needs a record found none
+        │   └── StoreNotFoundError                        no store there (a missing folder, setup() not run)
         ├── ConflictError                                 a lost compare-and-swap or create-only race
         │   ├── OwnershipConflictError                    another principal owns the key (spec §6)
         │   └── LeaseError                                a write under a lease that is no longer held
@@ -63,6 +64,7 @@ __all__ = [
     "RecordTooLargeError",
     "StoreClosedError",
     "StoreError",
+    "StoreNotFoundError",
     "TranscriptError",
     "TranscriptNotFoundError",
     "UnknownFormatError",
@@ -82,7 +84,9 @@ class CheckpointError(Exception):
 
 
 class InvalidCheckpointError(CheckpointError, TypeError):
-    """The validation door refused a record; the message is the runtime's, word for word."""
+    """The validation door refused a record, with the runtime's message word for word; or the
+    writer did (``writable.py``: what JSON and every backend hold), naming the rule and where
+    in the envelope the value is."""
 
     code = "ERR_INVALID_CHECKPOINT"
 
@@ -189,6 +193,13 @@ class InvalidKeyError(StoreError, ValueError):
 
 class NotFoundError(StoreError, LookupError):
     code = "ERR_NOT_FOUND"
+
+
+class StoreNotFoundError(NotFoundError):
+    """The store itself does not exist: a disk folder that is missing (opened with
+    ``create=False``), or a table ``setup()`` has not created. Nothing was created."""
+
+    code = "ERR_STORE_NOT_FOUND"
 
 
 class ConflictError(StoreError):

@@ -17,7 +17,13 @@ import orjson
 
 from .backends.base import Record, Repairable
 from .backends.segments import Collecting
-from .errors import BackendError, CheckpointError, ConflictError
+from .errors import (
+    BackendError,
+    CheckpointError,
+    ConflictError,
+    InvalidCheckpointError,
+    UnsafeStageError,
+)
 from .store import Store
 
 __all__ = [
@@ -47,6 +53,13 @@ def count_records(store: Store) -> int:
 class CopyReport:
     copied: int = 0
     already_there: int = 0
+    conflicts: list[str] = field(default_factory=list)
+    """Keys the target holds with other content (found there, or written there while the copy
+    ran): left as they are."""
+    unreadable: list[str] = field(default_factory=list)
+    """Source records that do not decode: skipped, or copied as they are when asked."""
+    unchecked: int = 0
+    """Records encrypted under a key the source store lacks: copied without decoding."""
 
 
 def copy_records(
@@ -54,30 +67,51 @@ def copy_records(
     target: Store,
     *,
     overwrite: bool = False,
+    include_unreadable: bool = False,
     workers: int = 8,
     on_record: Tick = _noop,
+    report: CopyReport | None = None,
 ) -> CopyReport:
     """Copy every record's stored bytes to ``target`` and read each back to verify it.
 
-    A record already in the target with the same bytes is skipped (so a copy can be resumed);
-    one with other bytes is a ``ConflictError`` unless ``overwrite``. ``workers`` records are
-    copied at a time, since each one costs a few round trips on a network backend.
+    Each record is decoded first: one that does not decode is listed in ``unreadable`` and
+    left behind unless ``include_unreadable``. A record already in the target with the same
+    bytes is skipped (so a copy can be resumed); one with other bytes is listed in
+    ``conflicts`` and kept unless ``overwrite``. Writes are conditional (create-only, or on the
+    revision read), so a record written in the target meanwhile is never overwritten.
+    ``workers`` records are copied at a time, since each one costs a few round trips on a
+    network backend; ``report`` (filled in as records are copied) tells how far an
+    interrupted copy got.
     """
-    report = CopyReport()
+    report = report if report is not None else CopyReport()
     lock = threading.Lock()
 
     def copy_one(key: str) -> None:
         record = source.get_record(key)
         if record is not None:  # else: deleted since it was listed
-            copied = _copy_record(record, target, overwrite)
+            readable = (
+                _decodes(source, record) if source.codec.sealer.can_open(record.body) else None
+            )
+            outcome = (
+                "skipped"
+                if readable is False and not include_unreadable
+                else _copy_record(record, target, overwrite, as_is=readable is not True)
+            )
             with lock:
-                if copied:
+                if readable is False:
+                    report.unreadable.append(key)
+                elif readable is None and outcome == "copied":
+                    report.unchecked += 1
+                if outcome == "copied":
                     report.copied += 1
-                else:
+                elif outcome == "already":
                     report.already_there += 1
+                elif outcome == "conflict":
+                    report.conflicts.append(key)
         on_record()
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    try:
         pending: set[Future[None]] = set()
         for summary in source.iter_summaries(page_size=500):
             pending.add(pool.submit(copy_one, summary.key))
@@ -87,20 +121,28 @@ def copy_records(
                     future.result()  # the first failure stops the copy
         for future in pending:
             future.result()
+    finally:
+        pool.shutdown(cancel_futures=True)  # Ctrl-C: finish the records in flight, no more
     return report
 
 
-def _copy_record(record: Record, target: Store, overwrite: bool) -> bool:
+def _copy_record(record: Record, target: Store, overwrite: bool, *, as_is: bool) -> str:
+    """``copied``, ``already`` (the same bytes are there) or ``conflict`` (other content).
+    ``as_is``: the source could not decode the bytes (unreadable, or encrypted under a key it
+    lacks), so the target stores them unchecked with the source's summary."""
     existing = target.get_record(record.key)
     if existing is not None and existing.body == record.body:
-        return False
+        return "already"
     if existing is not None and not overwrite:
-        raise ConflictError(
-            f"{record.key!r} exists in the target with other content; "
-            "use overwrite (--overwrite) to replace it",
-            key=record.key,
-        )
-    target.put_record(record)
+        return "conflict"
+    try:
+        if existing is None:
+            target.put_record(record, create_only=True, as_is=as_is)
+        else:
+            target.put_record(record, if_revision=existing.summary.revision, as_is=as_is)
+    except ConflictError:  # written in the target since we looked (or owned by another)
+        again = target.get_record(record.key)
+        return "already" if again is not None and again.body == record.body else "conflict"
     again = target.get_record(record.key)
     if again is None or again.body != record.body:
         raise BackendError(
@@ -108,7 +150,7 @@ def _copy_record(record: Record, target: Store, overwrite: bool) -> bool:
             backend=target.backend.name,
             operation="copy",
         )
-    return True
+    return "copied"
 
 
 @dataclass
@@ -153,6 +195,9 @@ def migrate_records(
             store.put(doc, key=summary.key, if_revision=record.summary.revision)
         except ConflictError:
             report.failed.append((summary.key, "changed during migration; run it again"))
+            continue
+        except (InvalidCheckpointError, UnsafeStageError) as exc:  # no put may store it
+            report.failed.append((summary.key, str(exc)))
             continue
         report.upgraded += 1
     return report

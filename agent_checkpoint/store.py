@@ -137,14 +137,35 @@ class Store:
                 item, key, envelope.saved_at, if_revision, create_only
             )
         body, digest = self.codec.encode(envelope, key)
-        record = Record(summary_for(key, digest, len(body)), body)
-        return self.put_record(record, if_revision=if_revision, create_only=create_only)
+        return self._write(
+            Record(summary_for(key, digest, len(body)), body), if_revision, create_only
+        )
 
     def put_record(
-        self, record: Record, *, if_revision: int | None = None, create_only: bool = False
+        self,
+        record: Record,
+        *,
+        if_revision: int | None = None,
+        create_only: bool = False,
+        as_is: bool = False,
     ) -> Summary:
-        """Store already-encoded bytes (``copy`` and ``migrate`` use this)."""
-        check_key(record.key)
+        """Store already-encoded bytes (``copy`` and ``rekey`` use this). They pass the checks
+        ``put`` makes: they must decode under this store's codec to an envelope the door and
+        the writer accept. The summary stored is derived from them (of ``record.summary``,
+        only the key is used).
+
+        ``as_is=True`` skips those checks and stores the bytes with ``record.summary``: for
+        bytes no check can open (a record encrypted under a key this store lacks) or that a
+        copy carries over on request although they do not decode (``copy
+        --include-unreadable``). Nothing else should pass it."""
+        key = check_key(record.key)
+        if as_is:
+            return self._write(record, if_revision, create_only)
+        digest = self.codec.check_stored(record.body, key)
+        checked = Record(summary_for(key, digest, len(record.body)), record.body)
+        return self._write(checked, if_revision, create_only)
+
+    def _write(self, record: Record, if_revision: int | None, create_only: bool) -> Summary:
         self._appender.forget(record.key)
         return self._writer.write(record, if_revision, create_only, None)
 
@@ -203,7 +224,7 @@ class Store:
 
     def forget_older_than(self, cutoff: datetime | int | float, *, limit: int = 1000) -> Forgotten:
         """Delete records saved strictly before ``cutoff``, oldest first, at most ``limit``."""
-        before = to_epoch_ms(cutoff)
+        before = to_epoch_ms(cutoff, "cutoff")
         victims = self.call(
             lambda: self.backend.scan(
                 Query(saved_before=before, oldest_first=True, limit=limit + 1)
@@ -243,8 +264,8 @@ class Store:
             agent_id=agent_id,
             failed=failed,
             phase=phase,
-            saved_before=None if before is None else to_epoch_ms(before),
-            saved_since=None if since is None else to_epoch_ms(since),
+            saved_before=None if before is None else to_epoch_ms(before, "before"),
+            saved_since=None if since is None else to_epoch_ms(since, "since"),
             after=None if cursor is None else decode_cursor(cursor),
             limit=limit + 1,
         )
@@ -345,6 +366,7 @@ def _default_key(envelope: Mapping[str, Any]) -> str:
 def open_store(
     url: str | None = None,
     *,
+    create: bool = True,
     keyring: Keyring | None = None,
     compress: Compression | None = None,
     migrations: Migrations | None = None,
@@ -355,6 +377,8 @@ def open_store(
     """A ``Store`` on the backend ``url`` names (see ``backends.open_backend``).
 
     With no URL: ``$AGENT_CHECKPOINT_STORE`` if set, else a disk store in ``./.agent-checkpoints``.
+    ``create=False`` opens only a store that exists (``StoreNotFoundError`` for a disk folder
+    that holds none; nothing is created), as the CLI's reading commands do.
     ``keyring`` encrypts new records (AES-256-GCM) and opens old ones; ``compress="zlib"``
     compresses them; either wraps records in the container of ``container.py``.
     ``backend_options`` go to the backend (``prefix=``, ``schema=``, a ready ``client=``...).
@@ -362,7 +386,7 @@ def open_store(
     url = url or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
     codec = Codec(migrations or DEFAULT_MIGRATIONS, Sealer(keyring=keyring, compress=compress))
     return Store(
-        open_backend(url, **backend_options),
+        open_backend(url, create=create, **backend_options),
         codec=codec,
         retry=retry,
         max_record_bytes=max_record_bytes,

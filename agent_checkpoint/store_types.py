@@ -5,6 +5,7 @@ moments in time (``store.py`` holds the Store itself).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,7 @@ from .errors import BackendUnavailableError, InvalidKeyError
 __all__ = [
     "MAX_KEY_LENGTH",
     "MAX_PAGE",
+    "MOMENT_LIMIT_MS",
     "NO_RETRY",
     "Forgotten",
     "Page",
@@ -37,6 +39,9 @@ __all__ = [
 MAX_KEY_LENGTH = 1024
 """Longest key, in characters, any backend accepts."""
 MAX_PAGE = 10_000
+MOMENT_LIMIT_MS = 2**63 - 1
+"""Times given to the Store (cutoffs, bounds, cursors) lie within this many milliseconds of
+the epoch (a signed 64-bit integer, which every backend's index compares alike)."""
 
 
 @dataclass(frozen=True)
@@ -99,12 +104,27 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
     saved, sep, key = cursor.partition(":")
     if not sep or not saved.isdigit() or not key:
         raise InvalidKeyError(f"invalid cursor {cursor[:80]!r}: expected '<savedAt>:<key>'")
-    return int(saved), key
+    return _in_range(int(saved), "the cursor's time"), key
 
 
-def to_epoch_ms(moment: datetime | int | float) -> int:
+def to_epoch_ms(moment: datetime | int | float, what: str = "time") -> int:
+    """Epoch milliseconds of ``moment``, refused (``InvalidKeyError``) outside
+    ``±MOMENT_LIMIT_MS``, so every backend answers the same."""
     if isinstance(moment, datetime):
         if moment.tzinfo is None:
             raise ValueError("a naive datetime is ambiguous; give one with a timezone")
         return int(moment.timestamp() * 1000)
-    return int(moment)
+    if isinstance(moment, float) and not math.isfinite(moment):
+        raise InvalidKeyError(f"{what} {moment!r} is not a number of milliseconds")
+    return _in_range(int(moment), what)
+
+
+def _in_range(ms: int, what: str) -> int:
+    if not -MOMENT_LIMIT_MS <= ms <= MOMENT_LIMIT_MS:
+        digits = int(ms.bit_length() * math.log10(2))  # str() of a huge int is refused
+        shown = f"{ms} ms" if digits < 30 else f"{'-' if ms < 0 else ''}~10^{digits} ms"
+        raise InvalidKeyError(
+            f"{what} {shown} is out of range: times are epoch milliseconds within "
+            f"±{MOMENT_LIMIT_MS} (a signed 64-bit integer)"
+        )
+    return ms

@@ -9,18 +9,14 @@ validate (``checkpointedAt``, ``failurePoint``, ``folded``, ``identity``, ``agen
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import InvalidCheckpointError, UnsafeStageError
+from .errors import InvalidCheckpointError
 from .model import CHECKPOINT_VERSION
 
 __all__ = [
-    "LLM_STAGE",
     "MAX_EVIDENCE_RECOVERY_CHARS",
-    "check_stage",
-    "check_writable",
     "js_typeof",
     "validate_checkpoint",
     "validate_messages",
@@ -56,20 +52,47 @@ def js_typeof(value: Any) -> str:
 
 
 def _js_string(value: Any) -> str:
-    """``${value}`` in a JS template for the scalars a version field may hold."""
+    """``${value}`` in a JS template for any JSON value a version field may hold."""
     if value is None:
         return "null"
+    if isinstance(value, list):
+        return _js_join(value)
+    return _js_scalar(value)
+
+
+def _js_scalar(value: Any) -> str:
     if value is True:
         return "true"
     if value is False:
         return "false"
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
-    if isinstance(value, list):
-        return ",".join(_js_string(v) for v in value)
     if isinstance(value, dict):
         return "[object Object]"
     return str(value)
+
+
+def _js_join(items: list[Any]) -> str:
+    """``String(array)``: items joined by commas, nested arrays likewise, null as empty. Walked
+    with a stack rather than recursion, so no nesting can exhaust Python's stack."""
+    out: list[str] = []
+    stack = [iter(items)]
+    started = [False]
+    while stack:
+        for item in stack[-1]:
+            if started[-1]:
+                out.append(",")
+            started[-1] = True
+            if isinstance(item, list):
+                stack.append(iter(item))
+                started.append(False)
+                break
+            if item is not None:
+                out.append(_js_scalar(item))
+        else:
+            stack.pop()
+            started.pop()
+    return "".join(out)
 
 
 def _js_json(value: Any) -> str:
@@ -194,7 +217,13 @@ def _evidence_ok(value: Any) -> bool:
 _BASIS = {"direct", "exploratory"}
 _EXPECT = {"low", "medium", "high"}
 _STANDING = {"fact", "open", "noise", "ruled-out"}
+_CARRIER_STANDING = {"open", "noise", "ruled-out"}
 _VERDICTS = {"covered", "partly-held", "not-held", "unknown", "undeclared"}
+
+
+def _among(value: Any, vocabulary: set[str]) -> bool:
+    """``value`` is one of the words of ``vocabulary`` (an array or object never is)."""
+    return isinstance(value, str) and value in vocabulary
 
 
 def _declared_on_ok(value: Any) -> bool:
@@ -224,13 +253,13 @@ def _row_ok(row: Any) -> bool:
             s(row.get("toolCallId"))
             and s(row.get("toolName"))
             and n(row.get("iteration"))
-            and row.get("basis") in _BASIS
-            and ("expect" not in row or row["expect"] in _EXPECT)
+            and _among(row.get("basis"), _BASIS)
+            and ("expect" not in row or _among(row["expect"], _EXPECT))
         )
     if kind == "standing":
         return (
             s(row.get("toolCallId"))
-            and row.get("standing") in _STANDING
+            and _among(row.get("standing"), _STANDING)
             and isinstance(row.get("assertions"), list)
             and n(row.get("iteration"))
             and _declared_on_ok(row.get("declaredOn"))
@@ -242,7 +271,7 @@ def _row_ok(row: Any) -> bool:
     if kind == "judgment":
         return (
             s(row.get("toolCallId"))
-            and row.get("standing") in _STANDING
+            and _among(row.get("standing"), _STANDING)
             and n(row.get("iteration"))
         )
     if kind == "judgment-error":
@@ -257,7 +286,7 @@ def _row_ok(row: Any) -> bool:
             and all(
                 isinstance(c, dict)
                 and s(c.get("toolCallId"))
-                and c.get("standing") in {"open", "noise", "ruled-out"}
+                and _among(c.get("standing"), _CARRIER_STANDING)
                 for c in carriers
             )
             and n(row.get("iteration"))
@@ -283,7 +312,7 @@ def _row_ok(row: Any) -> bool:
             and s(row.get("toolName"))
             and n(row.get("iteration"))
             and n(row.get("turn"))
-            and row.get("verdict") in _VERDICTS
+            and _among(row.get("verdict"), _VERDICTS)
         )
     required = _PRESENT_ONLY.get(kind) if isinstance(kind, str) else None
     return required is not None and all(k in row for k in required)
@@ -300,52 +329,3 @@ _PRESENT_ONLY: dict[str, tuple[str, ...]] = {
 
 def _ledger_ok(value: Any) -> bool:
     return isinstance(value, list) and all(_row_ok(row) for row in value)
-
-
-# -- the writer's extra care -----------------------------------------------------------------
-
-LLM_STAGE = "call-llm"
-"""The ``failurePoint.stage`` of a failure inside the model call."""
-
-_STAGE_SHAPE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
-_SECRET_PREFIX = re.compile(
-    r"^(sk|pk|rk)[-_]|^xox[abpr]-|^gh[pousr]_|^(AKIA|ASIA)[A-Z0-9]{8}|^AIza|^eyJ|"
-    r"bearer|passw|secret|token|api[-_]?key",
-    re.IGNORECASE,
-)
-_KEY_LIKE = re.compile(r"[A-Za-z0-9+/=]{24,}")
-
-
-def _looks_random(run: str) -> bool:
-    digits = sum(c.isdigit() for c in run)
-    upper = sum(c.isupper() for c in run)
-    lower = sum(c.islower() for c in run)
-    return digits >= 3 and upper >= 2 and lower >= 2
-
-
-def check_stage(stage: str) -> str:
-    """``stage`` if it is ``'call-llm'`` or looks like a declared tool name; otherwise refuse
-    it, because a checkpoint is read by whoever is on call and a stage that could carry a URL,
-    a credential or message content must never be persisted."""
-    if stage == LLM_STAGE:
-        return stage
-    if (
-        not isinstance(stage, str)
-        or not _STAGE_SHAPE.match(stage)
-        or _SECRET_PREFIX.search(stage)
-        or any(_looks_random(m) for m in _KEY_LIKE.findall(stage))
-    ):
-        shown = stage if isinstance(stage, str) and len(stage) <= 12 else f"{str(stage)[:12]}…"
-        raise UnsafeStageError(
-            f"failurePoint.stage must be 'call-llm' or a declared tool name; refused {shown!r} "
-            "because it could carry a URL, a credential or message content"
-        )
-    return stage
-
-
-def check_writable(doc: Mapping[str, Any]) -> None:
-    """What a writer must never persist even though the door lets it in on read: an unsafe
-    ``failurePoint.stage``. Call after ``validate_checkpoint``."""
-    fp = doc.get("failurePoint")
-    if isinstance(fp, dict) and "stage" in fp:
-        check_stage(fp["stage"])

@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 from test_resume_race import BACKENDS
 
 from agent_checkpoint import open_store
-from agent_checkpoint.backends.base import Record
+from agent_checkpoint.backends.base import Record, Summary
 from agent_checkpoint.cli import main
 from agent_checkpoint.store import summary_for
 from agent_checkpoint.testing import checkpoint, stamped
@@ -92,3 +93,39 @@ def test_copy_to_a_network_backend_and_back_is_lossless(
     # copying again is a no-op: resumable, nothing rewritten
     assert main(["copy", "--store", source, "--to", network_url]) == 0
     assert "Copied 0 record(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        ({"runId": "run-\u0000"}, "data.runId holds NUL"),
+        ({"agent": {"id": "billing\u0000"}}, "data.agent.id holds NUL"),
+        (
+            {"failurePoint": {"iteration": 2, "phase": "tool", "stage": "https://u:p@host/x"}},
+            "failurePoint.stage must be 'call-llm' or a declared tool name",
+        ),
+    ],
+)
+def test_copy_refuses_a_record_no_put_may_store_alike_on_every_backend(
+    network_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    change: dict[str, object],
+    refusal: str,
+) -> None:
+    """A record written before the writer's checks (here, straight through the backend) is
+    refused by the target's own checks, the same way whatever the target, before any backend
+    sees it: never half-copied by one backend and stored by another."""
+    source = str(tmp_path / "source")
+    with open_store(source) as store:
+        store.put(stamped(checkpoint("good"), 1000), key="good")
+        doc = {**checkpoint("bad").to_json(), **change}
+        body = orjson.dumps({"format": "conversation-v1", "data": doc, "savedAt": 2000})
+        summary = Summary("bad", "bad", 2000, None, None, None, None, 2, len(body), 0)
+        store.backend.save(Record(summary, body))
+    capsys.readouterr()
+    assert main(["-q", "copy", "--store", source, "--to", network_url]) == 5
+    err = capsys.readouterr().err
+    assert refusal in err and err.count("\n") == 1 and "Traceback" not in err
+    with open_store(network_url) as target:
+        assert target.head("bad") is None

@@ -274,7 +274,88 @@ def test_an_unreadable_record_file_in_verify_is_a_backend_error_naming_it(tmp_pa
 
     with open_store(str(tmp_path)) as store:
         store.put(checkpoint("r1"), key="k")
-        (tmp_path / "records" / "not-a-file").mkdir()
+        (tmp_path / "records" / file_name("not-a-file")).mkdir()
         with pytest.raises(BackendError, match=r"disk iter_records failed: IsADirectoryError"):
             verify_store(store)
         assert store.get("k") is not None
+
+
+def test_keys_beginning_with_a_dot_survive_an_index_rebuild(tmp_path: Path) -> None:
+    """Their record files begin with a dot too; a rebuild must not take them for temp files."""
+    from agent_checkpoint.maintenance import verify_store
+
+    keys = [".hidden", "..", ".x.1.2.tmp", "plain"]
+    with open_store(str(tmp_path)) as store:
+        for key in keys:
+            store.put(checkpoint(key), key=key)
+        (tmp_path / "index.sqlite3").unlink()
+    with open_store(str(tmp_path)) as store:  # rebuilt from the record files
+        assert sorted(s.key for s in store.list()) == sorted(keys)
+        report = verify_store(store, repair=True)
+        assert report.ok and report.unlisted == [] and report.checked == len(keys)
+        assert store.forget_older_than(2**62).forgotten == len(keys)
+
+
+def test_a_deleted_key_leaves_only_a_tombstone_that_no_listing_or_read_shows(
+    tmp_path: Path,
+) -> None:
+    from agent_checkpoint.maintenance import verify_store
+
+    with open_store(str(tmp_path)) as store:
+        first = store.put(checkpoint("r"), key="k")
+        store.delete("k")
+        assert store.get("k") is None and store.head("k") is None and store.list().items == []
+        assert verify_store(store).ok
+        (tmp_path / "index.sqlite3").unlink()
+    with open_store(str(tmp_path)) as store:
+        assert store.list().items == []
+        again = store.put(checkpoint("r2"), key="k")
+        assert again.revision > first.revision
+
+
+def test_verify_repair_removes_what_killed_writers_left(tmp_path: Path) -> None:
+    """Temp files of a writer killed before its rename and data files of generations no
+    record refers to are counted by verify and removed by repair, once old enough."""
+    import os
+    import time
+
+    from agent_checkpoint.maintenance import verify_store
+
+    with open_store(str(tmp_path)) as store:
+        history = checkpoint("r", messages=4)
+        store.put(history, key="k")
+        name = file_name("k")
+        tmp = tmp_path / "records" / f".{name}.123.456.tmp"
+        tmp.write_bytes(b"half a record")
+        stale = tmp_path / "segments" / name / "999"
+        stale.write_bytes(b"orphan")
+        gone = tmp_path / "segments" / file_name("deleted-long-ago")
+        gone.mkdir()
+        (gone / "7").write_bytes(b"orphan")
+        young = tmp_path / "records" / f".{name}.1.2.tmp"
+        young.write_bytes(b"a write in flight")
+        old = time.time() - 3600
+        for path in (tmp, stale, gone / "7"):
+            os.utime(path, (old, old))
+        report = verify_store(store)
+        assert report.orphans == 3 and tmp.exists()
+        report = verify_store(store, repair=True)
+        assert report.orphans == 3
+        assert not tmp.exists() and not stale.exists() and not gone.exists()
+        assert young.exists()
+        assert verify_store(store).orphans == 0
+        got = store.get("k")
+        assert got is not None and got.history == history.history
+
+
+def test_a_store_inside_another_stores_folder_is_refused(tmp_path: Path) -> None:
+    """Claims live in the store's ``_leases`` folder: a store opened there would share them."""
+    from agent_checkpoint.errors import InvalidKeyError
+
+    with open_store(str(tmp_path)) as store:
+        store.put(checkpoint("r"), key="r")
+        store.claim("r", "w", ttl=30).release()
+        for inside in ("_leases", "records", "elsewhere"):
+            with pytest.raises(InvalidKeyError, match="inside the disk store"):
+                open_store(str(tmp_path / inside))
+        assert store.get("r") is not None

@@ -7,6 +7,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import fsspec
@@ -76,8 +77,10 @@ def test_fsspec_prefix_reaches_fsspec_memory_and_plain_memory_stays_ours(root: s
 
 
 def test_an_unknown_scheme_or_a_missing_driver_is_a_clear_error() -> None:
-    with pytest.raises(InvalidKeyError, match="no store backend or fsspec filesystem"):
+    with pytest.raises(InvalidKeyError, match="unknown store URL scheme 'no-such-scheme://'"):
         open_store("no-such-scheme://bucket/prefix")
+    with pytest.raises(InvalidKeyError, match="no store backend or fsspec filesystem"):
+        open_store("fsspec+no-such-scheme://bucket/prefix")  # asked for fsspec by name
     with pytest.raises(MissingDependencyError, match="gs:// store needs a driver"):
         open_store("gs://bucket/prefix")  # gcsfs is not installed here
 
@@ -378,3 +381,30 @@ def test_a_get_after_its_own_puts_reads_no_segment(root: str) -> None:
     finally:
         MEMORY.cat = original  # type: ignore[method-assign]
     assert mine is not None and theirs is not None and mine.body == theirs.body
+
+
+def test_a_store_on_a_filesystem_with_folders_makes_them(tmp_path: Path) -> None:
+    """The local filesystem (and any with real folders) needs a folder before a file."""
+    url = f"fsspec+file://{tmp_path}/store"
+    with open_store(url) as store:
+        history = grown(6)
+        for h in history:
+            store.put(checkpoint("r").evolve(history=h), key="k")
+        store.put(checkpoint("r2"), key="other")
+        store.claim("k", "w1", ttl=30).release()
+        got = store.get("k")
+        assert got is not None and got.history == history[-1]
+        assert sorted(s.key for s in store.list()) == ["k", "other"]
+        assert store.delete("other") is True
+    with open_store(url) as again:
+        assert [s.key for s in again.list()] == ["k"]
+        assert again.get("other") is None
+
+
+def test_claims_never_touch_a_store_at_their_namespace(root: str) -> None:
+    with open_store(f"fsspec+memory://{root}") as store:
+        store.put(checkpoint("r"), key="r")
+        store.claim("r", "w1", ttl=30).release()
+        with pytest.raises(InvalidKeyError, match="namespaces"):
+            open_store(f"fsspec+memory://{root}/_leases")
+        assert store.get("r") is not None

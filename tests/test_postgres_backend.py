@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 import psycopg
@@ -19,7 +20,7 @@ import pytest
 from psycopg import sql
 from psycopg.errors import UndefinedTable
 from psycopg_pool import ConnectionPool
-from support.postgres_server import unique_schema, with_query
+from support.postgres_server import free_port, unique_schema, with_query
 from support.services import POSTGRES_URL, service_missing
 
 from agent_checkpoint import Store, open_store
@@ -35,10 +36,10 @@ from agent_checkpoint.errors import (
     InvalidKeyError,
     OwnershipConflictError,
     StoreClosedError,
+    StoreNotFoundError,
     UnreadableEnvelopeError,
 )
 from agent_checkpoint.model import Message, RunCheckpoint
-from agent_checkpoint.store_types import NO_RETRY
 from agent_checkpoint.testing import (
     AppendingConformance,
     ClaimsConformance,
@@ -47,6 +48,8 @@ from agent_checkpoint.testing import (
     checkpoint,
     stamped,
 )
+
+REVISIONS = next(step for step in MIGRATIONS if step[1] == "revision sequence")
 
 Admin = psycopg.Connection[Any]
 
@@ -132,7 +135,7 @@ def big(admin: Admin) -> Iterator[tuple[Store, list[Summary]]]:
     store.setup()
     records = [scale_record(i) for i in range(N)]
     with ThreadPoolExecutor(8) as pool:
-        saved = list(pool.map(store.put_record, records))
+        saved = list(pool.map(store.backend.save, records))  # index rows: bodies unread
     admin.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(name, "agent_checkpoints")))
     yield store, saved
     store.close()
@@ -160,7 +163,7 @@ class TestListingAtScale:
             while not stop.is_set():
                 key = f"new-{j:05d}"
                 newer = Summary(key, "new", BASE + N + j, None, None, None, None, 0, 0, 0)
-                store.put_record(Record(newer, b"{}"))
+                store.backend.save(Record(newer, b"{}"))
                 written.append(key)
                 started.set()
                 j += 1
@@ -429,9 +432,8 @@ def test_operations_before_setup_ask_for_setup_instead_of_a_raw_driver_error(sch
             ("drop", lambda: store.delete("k")),
         ]
         for operation, call in attempts:
-            with pytest.raises(BackendError) as caught:
+            with pytest.raises(StoreNotFoundError) as caught:
                 call()
-            assert not isinstance(caught.value, BackendUnavailableError)
             message = str(caught.value)
             assert "setup()" in message and f"postgres {operation}" in message
             assert isinstance(caught.value.__cause__, UndefinedTable)
@@ -594,17 +596,33 @@ def test_a_closed_store_raises_a_library_error_at_once(schema: str) -> None:
         store.backend.head("k")  # the backend itself refuses, not only the Store
 
 
-def test_an_unreachable_database_is_named_in_the_final_error() -> None:
-    url = POSTGRES_URL.rsplit("/", 1)[0] + "/ac_no_such_database"
-    options: dict[str, Any] = {"retry": NO_RETRY, "pool_timeout": 0.5}
-    with (
-        open_store(with_query(url, schema="s"), **options) as store,
-        pytest.raises(BackendUnavailableError) as caught,
-    ):
-        store.setup()
-    message = str(caught.value)
-    assert message.startswith("postgres setup failed")
-    assert 'database "ac_no_such_database" does not exist' in message
+def _address(user: str | None = None, database: str | None = None, port: int | None = None) -> str:
+    parts = urlsplit(POSTGRES_URL)
+    netloc = f"{user or parts.username or 'postgres'}@{parts.hostname}:{port or parts.port or 5432}"
+    return urlunsplit(parts._replace(netloc=netloc, path=f"/{database or parts.path[1:]}"))
+
+
+@pytest.mark.parametrize(
+    ("url", "error", "message"),
+    [
+        (_address(database="ac_no_such_database"), StoreNotFoundError,
+         'database "ac_no_such_database" does not exist'),
+        (_address(user="ac_no_such_role"), InvalidKeyError, 'role "ac_no_such_role" does not exist'),
+        (_address(port=1), BackendError, "Connection refused"),  # nothing listens on port 1
+    ],
+)  # fmt: skip
+def test_a_connection_retrying_cannot_fix_fails_at_once_naming_why(
+    url: str, error: type[Exception], message: str
+) -> None:
+    """A wrong database, role or port is not retried: the first failed connection attempt
+    ends the operation (the pool does not wait out its timeout, the Store does not retry)."""
+    with open_store(url) as store, pytest.raises(error) as caught:
+        store.list()
+    assert not isinstance(caught.value, BackendUnavailableError)
+    assert str(caught.value).startswith("postgres scan failed: cannot connect") and message in str(
+        caught.value
+    )
+    assert store.backend.pool.get_stats()["connections_num"] <= 2  # type: ignore[attr-defined]
 
 
 def test_setup_upgrades_a_store_made_by_the_previous_ledger(
@@ -625,7 +643,7 @@ def test_setup_upgrades_a_store_made_by_the_previous_ledger(
             ).format(sql.Identifier(schema, "agent_checkpoints")),
             (len(body), body),
         )
-        with pytest.raises(BackendError, match=r"predates .* store\.setup\(\)"):
+        with pytest.raises(StoreNotFoundError, match=r"predates .* store\.setup\(\)"):
             store.get("old")
         store.setup()
         assert ledger(admin, schema) == [(version, name) for version, name, _ in MIGRATIONS]
@@ -635,6 +653,29 @@ def test_setup_upgrades_a_store_made_by_the_previous_ledger(
         assert segment_rows(admin, schema, "old") == 1  # three appends joined into one row
         store.setup()  # and again: nothing left to apply
         assert len(ledger(admin, schema)) == len(MIGRATIONS)
+
+
+def test_a_store_made_before_the_revision_sequence_upgrades_and_never_repeats_a_revision(
+    admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with open_pg(schema) as store:
+        with monkeypatch.context() as m:
+            m.setattr(postgres, "MIGRATIONS", MIGRATIONS[:6])
+            store.setup()
+        old = stamped(checkpoint("old", text="before the upgrade"), 1000)
+        body, _ = store.codec.encode(old, "old")
+        admin.execute(  # a record as the previous library stored it, at revision 41
+            sql.SQL(
+                "INSERT INTO {} (key, run_id, saved_at, message_count, size, revision, body) "
+                "VALUES ('old', 'old', 1000, 2, %s, 41, %s)"
+            ).format(sql.Identifier(schema, "agent_checkpoints")),
+            (len(body), body),
+        )
+        with pytest.raises(StoreNotFoundError, match=r"predates .* store\.setup\(\)"):
+            store.put(checkpoint("new"), key="new")
+        store.setup()
+        assert store.put(checkpoint("new"), key="new").revision > 41
+        assert store.put(checkpoint("old"), key="old").revision > 41
 
 
 # -- histories stored in segments -------------------------------------------------------
@@ -972,7 +1013,8 @@ def test_the_upgrade_drops_the_oldest_first_index_and_retention_still_runs_oldes
     indexes = "SELECT indexname FROM pg_indexes WHERE schemaname = %s ORDER BY 1"
     with open_pg(schema) as store:
         with monkeypatch.context() as m:
-            m.setattr(postgres, "MIGRATIONS", MIGRATIONS[:5])
+            # the steps before it; and the revision sequence, without which nothing is written
+            m.setattr(postgres, "MIGRATIONS", (*MIGRATIONS[:5], REVISIONS))
             store.setup()
         assert ("agent_checkpoints_oldest_idx",) in admin.execute(indexes, (schema,)).fetchall()
         for i, key in enumerate(["c", "a", "b", "d"]):
@@ -993,8 +1035,10 @@ def test_the_upgrade_drops_the_oldest_first_index_and_retention_still_runs_oldes
 def test_a_record_written_before_compressed_segments_upgrades_and_keeps_growing(
     admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    previous = MIGRATIONS[:3]  # history segments, one row per append, default storage
-    assert [v for v, _, _ in previous] == [1, 2, 3]
+    # history segments, one row per append, default storage (and the revision sequence,
+    # without which nothing is written)
+    previous = (*MIGRATIONS[:3], REVISIONS)
+    assert [v for v, _, _ in previous] == [1, 2, 3, 7]
     storage = sql.SQL(
         "SELECT attstorage FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'data'"
     )
@@ -1062,3 +1106,31 @@ def test_owner_and_agent_indexes_hold_only_runs_that_have_one(
     assert [s.key for s in store.list(owner="alice")] == ["a"]
     assert [s.key for s in store.list(agent_id="planner")] == ["a"]
     assert sorted(s.key for s in store.list()) == ["a", "b"]
+
+
+def test_claims_never_touch_a_store_whose_table_looks_like_their_namespace(schema: str) -> None:
+    """Claims of the store on table ``T`` live in a table no store can be opened on."""
+    with (
+        open_pg(schema, table="runs") as store,
+        open_pg(schema, table="runs_leases") as neighbour,
+    ):
+        store.setup()
+        neighbour.setup()
+        store.put(checkpoint("r"), key="r")
+        neighbour.put(checkpoint("bystander"), key="r")
+        store.claim("r", "w1", ttl=30).release()
+        got = neighbour.get("r")
+        assert got is not None and got.run_id == "bystander"
+        assert [s.key for s in neighbour.list()] == ["r"]
+    with pytest.raises(InvalidKeyError, match=r"without NUL or \$"):
+        open_pg(schema, table="runs$leases")
+
+
+def test_a_long_table_name_keeps_its_claims_table_within_the_name_limit(schema: str) -> None:
+    table = "t" * 48
+    with open_pg(schema, table=table) as store:
+        store.setup()
+        store.put(checkpoint("r"), key="r")
+        with store.claim("r", "w1", ttl=30):
+            assert [c.worker for c in store.claims()] == ["w1"]
+        assert store.claims() == []

@@ -27,6 +27,7 @@ from agent_checkpoint.backends.redis import RedisBackend, VolatileRedisWarning
 from agent_checkpoint.backends.segments import Appending, Split, assemble, chain
 from agent_checkpoint.errors import (
     ConflictError,
+    InvalidCheckpointError,
     InvalidKeyError,
     OwnershipConflictError,
     UnreadableEnvelopeError,
@@ -60,8 +61,14 @@ def client() -> Iterator[redis.Redis]:
 
 def store_keys(client: redis.Redis, prefix: str) -> list[bytes]:
     # The prefixes tests use are hex with dashes: no glob characters to escape.
-    keys = list(client.scan_iter(match="{" + prefix + "}*", count=1000))
-    return keys + list(client.scan_iter(match="{" + prefix + ":*", count=1000))  # namespaces
+    # ``{P}*`` takes the namespaces too (``{P}#leases:...``).
+    return list(client.scan_iter(match="{" + prefix + "}*", count=1000))
+
+
+def sequence(prefix: str) -> bytes:
+    """The one key a store keeps when it holds no record: its revision sequence, so that a
+    key written again never repeats a revision."""
+    return f"{{{prefix}}}:rev".encode()
 
 
 def contents(client: redis.Redis, prefix: str) -> dict[bytes, Any]:
@@ -134,7 +141,9 @@ def test_prefix_comes_from_the_url_query_or_a_keyword_and_isolates_stores(
             assert got is not None and got.history[0].content == "first 0"
             assert [s.key for s in second.list()] == ["same"]
             assert second.delete("same") and first.get("same") is not None
-            assert store_keys(client, a) and not store_keys(client, b)
+            assert store_keys(client, a)
+            # only the revision sequence stays, so that the key's revisions never repeat
+            assert store_keys(client, b) == [f"{{{b}}}:rev".encode()]
     finally:
         for p in (a, b):
             keys = store_keys(client, p)
@@ -149,8 +158,14 @@ def test_a_prefix_that_would_break_the_hash_tag_is_refused(client: redis.Redis, 
 
 
 def test_a_saved_at_outside_the_orderable_range_is_refused(store: Store) -> None:
-    with pytest.raises(UnsupportedOperationError, match="savedAt"):
+    """The store refuses it before any backend (the conformance suite holds every backend to
+    that); the backend still refuses a summary its layout cannot order."""
+    with pytest.raises(InvalidCheckpointError, match="savedAt"):
         store.put(stamped(checkpoint(), 10**17), key="far-future")
+    body = store.codec.encode(stamped(checkpoint(), 0), "far-future")[0]
+    summary = Summary("far-future", "r", 10**17, None, None, None, None, 2, len(body), 0)
+    with pytest.raises(UnsupportedOperationError, match="savedAt"):
+        store.backend.save(Record(summary, body))
     assert store.head("far-future") is None
 
 
@@ -235,7 +250,7 @@ def test_newest_100_of_10000_and_paging_through_all_while_writers_add(store: Sto
         for i, key in enumerate(keys)
     ]
     with ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda s: store.put_record(Record(s, body)), originals, chunksize=250))
+        list(pool.map(lambda s: store.backend.save(Record(s, body)), originals, chunksize=250))
     expected = [s.key for s in sorted(originals, key=lambda s: (-s.saved_at, s.key))]
 
     assert [s.key for s in store.list(limit=100)] == expected[:100]
@@ -246,7 +261,7 @@ def test_newest_100_of_10000_and_paging_through_all_while_writers_add(store: Sto
         n = 0
         while not stop.is_set():
             newer = Summary(f"new-{n}", "x", 1_800_000_000_000 + n, None, None, None, None, 2, 0, 0)
-            store.put_record(Record(newer, body))
+            store.backend.save(Record(newer, body))
             n += 1
 
     writer = threading.Thread(target=add_newer)
@@ -385,7 +400,7 @@ def test_expired_records_are_never_listed_and_repair_clears_their_index_entries(
         backend = store.backend
         assert isinstance(backend, RedisBackend)
         backend.repair()
-        assert store_keys(client, prefix) == []
+        assert store_keys(client, prefix) == [sequence(prefix)]
 
 
 def test_ttl_from_the_url_query(client: redis.Redis, prefix: str) -> None:
@@ -438,12 +453,21 @@ def test_close_releases_a_client_the_store_made_and_leaves_an_injected_one_open(
     def connected() -> bool:
         return any(c.get("name") == name for c in client.client_list())
 
+    def disconnected() -> bool:
+        # the server drops a closed connection when it reads the close, a moment later
+        deadline = time.monotonic() + 5
+        while connected():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
     store = open_store(REDIS_URL, prefix=prefix, client_name=name)
     store.put(checkpoint(), key="k")
     assert connected()
     store.close()
     store.close()
-    assert not connected()
+    assert disconnected()
 
     injected = redis.Redis.from_url(REDIS_URL, client_name=name)
     with Store(RedisBackend(injected, prefix=prefix)) as borrowed:
@@ -479,7 +503,9 @@ def test_a_growing_history_appends_one_segment_per_put(
     got = store.get_record("k")
     assert got is not None and got.summary.size == len(got.body) == int(fields[b"size"])
     assert store.delete("k")
-    assert store_keys(client, prefix) == []  # record, segments and every index entry
+    assert store_keys(client, prefix) == [
+        sequence(prefix)
+    ]  # record, segments and every index entry
 
 
 class CountingRedisBackend(RedisBackend):
@@ -540,7 +566,7 @@ def test_growth_past_the_segment_limit_merges_on_the_server_and_stays_exact(
     got = store.get("k")
     assert got is not None and got.history == history
     assert store.delete("k")
-    assert store_keys(client, prefix) == []
+    assert store_keys(client, prefix) == [sequence(prefix)]
 
 
 def test_an_append_at_the_limit_merges_exactly_as_assemble_joins(
@@ -665,7 +691,7 @@ def test_retention_removes_the_segments_of_a_record(
     grow(store, 5, principal="al")
     assert client.exists(f"{{{prefix}}}:s:k")
     assert store.forget_older_than(time.time() * 1000 + 60_000).forgotten == 1
-    assert store_keys(client, prefix) == []
+    assert store_keys(client, prefix) == [sequence(prefix)]
 
 
 def test_a_whole_write_over_a_record_in_segments_removes_its_segments(
@@ -805,3 +831,44 @@ def test_a_refused_staged_write_changes_nothing_and_leaves_no_staging_list(
         store.put(checkpoint("r", principal="mallory").evolve(history=_big_history(130)), key="k")
     assert contents(client, prefix) == before
     assert not list(client.scan_iter(match=f"{{{prefix}}}:t:*"))
+
+
+def test_a_key_that_expired_and_was_written_again_never_repeats_a_revision(
+    prefix: str,
+) -> None:
+    """Native expiry deletes a record without a trace; the store's sequence still numbers
+    the key's next record past every revision it had."""
+    with open_store(REDIS_URL, prefix=prefix, ttl=0.5) as store:
+        first = store.put(checkpoint(text="old"), key="k")
+        deadline = time.monotonic() + 10
+        while store.head("k") is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert store.head("k") is None
+        again = store.put(checkpoint(text="new"), key="k")
+        assert again.revision > first.revision
+        with pytest.raises(ConflictError):
+            store.put(checkpoint(text="stale"), key="k", if_revision=first.revision)
+        got = store.get("k")
+        assert got is not None and got.history[0].content == "new 0"
+
+
+def test_claims_never_touch_a_store_whose_prefix_looks_like_their_namespace(
+    client: redis.Redis, prefix: str
+) -> None:
+    """Claims of store ``P`` live in its own namespace, not in the store ``P:leases``."""
+    with (
+        open_store(REDIS_URL, prefix=prefix) as store,
+        open_store(REDIS_URL, prefix=f"{prefix}:leases") as neighbour,
+    ):
+        store.put(checkpoint("r"), key="r")
+        neighbour.put(checkpoint("bystander"), key="r")
+        with store.claim("r", "w1", ttl=30):
+            assert neighbour.claims() == []
+            assert [s.key for s in neighbour.list()] == ["r"]
+        got = neighbour.get("r")
+        assert got is not None and got.run_id == "bystander"
+        neighbour.claim("r", "w2", ttl=30).release()
+        assert store.get("r") is not None and store.claims() == []
+    keys = store_keys(client, f"{prefix}:leases")
+    if keys:
+        client.delete(*keys)

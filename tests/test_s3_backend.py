@@ -30,7 +30,12 @@ from support.seaweed import (
 
 from agent_checkpoint import Store, open_store
 from agent_checkpoint.backends.s3 import S3Backend
-from agent_checkpoint.errors import BackendError, BackendUnavailableError, ConflictError
+from agent_checkpoint.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConflictError,
+    InvalidKeyError,
+)
 from agent_checkpoint.maintenance import verify_store
 from agent_checkpoint.store import RetryPolicy
 from agent_checkpoint.testing import (
@@ -343,7 +348,13 @@ def test_hostile_keys_and_filters_are_plain_strings_that_stay_in_their_prefix(
         assert [s.key for s in other.list()] == ["untouched"]
     listed = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
     names = [item["Key"] for item in listed.get("Contents", [])]
-    assert names and all(n.startswith(neighbour + "/") for n in names)
+    ours = [n for n in names if not n.startswith(neighbour + "/")]
+    assert any(n.startswith(neighbour + "/") for n in names)
+    # what the deletes leave is one tombstone per key (its last revision), under the prefix
+    assert len(ours) == len(HOSTILE) and all(n.startswith(f"{prefix}/records/") for n in ours)
+    for name in ours:
+        body = client.get_object(Bucket=BUCKET, Key=name)["Body"].read()
+        assert b'"dead":true' in body and len(body) < 200
     purge(client, BUCKET, neighbour + "/")
 
 
@@ -509,3 +520,14 @@ def test_an_exhausted_retry_budget_raises_the_library_error_with_the_driver_caus
                 assert isinstance(caught.value.__cause__, botocore.exceptions.BotoCoreError)
         assert store.get("before") is not None
         assert store.get("during") is None
+
+
+def test_claims_never_touch_a_store_at_their_namespace(client: Any, prefix: str) -> None:
+    """A store's claims live in ``<prefix>/_leases``: no store can be opened there."""
+    with s3_store(client, prefix) as store:
+        store.put(checkpoint("r"), key="r")
+        store.claim("r", "w1", ttl=30).release()
+        for location in (f"{prefix}/_leases", f"{prefix}/_leases/", "_top"):
+            with pytest.raises(InvalidKeyError, match="namespaces"):
+                s3_store(client, location)
+        assert store.get("r") is not None

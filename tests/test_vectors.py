@@ -142,3 +142,73 @@ def test_not_an_object_is_refused_first() -> None:
             validate_checkpoint(value)
     with pytest.raises(InvalidCheckpointError, match="unsupported checkpoint version: undefined"):
         validate_checkpoint([])
+
+
+VALID = CHECKPOINTS["valid"][0]["doc"]
+
+
+def nested(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_a_version_nested_any_depth_is_refused_with_the_runtimes_message() -> None:
+    doc = dict(VALID)
+    doc["version"] = nested(5000)
+    with pytest.raises(InvalidCheckpointError) as caught:
+        validate_checkpoint(doc)
+    assert str(caught.value).startswith("[resumeOnError] unsupported checkpoint version: 1. ")
+
+
+@pytest.mark.parametrize(
+    ("version", "shown"),
+    [
+        ([1, [2, None]], "1,2,"),  # String([1,[2,null]]) in JavaScript
+        ([None], ""),
+        ([[], [1]], ",1"),
+        ([{"a": 1}, True], "[object Object],true"),
+        ([2.0, "x"], "2,x"),
+        (None, "null"),
+    ],
+)
+def test_a_version_that_is_an_array_prints_as_javascript_prints_it(
+    version: Any, shown: str
+) -> None:
+    doc = dict(VALID)
+    doc["version"] = version
+    with pytest.raises(InvalidCheckpointError, match=re.escape(f"version: {shown}. This runtime")):
+        validate_checkpoint(doc)
+
+
+BASIS_ROW = {"kind": "basis", "toolCallId": "c", "toolName": "t", "iteration": 1, "basis": "direct"}
+PERIOD_ROW = {"kind": "period", "toolCallId": "c", "toolName": "t", "iteration": 1, "turn": 1}
+CARRIER = {"toolCallId": "c", "standing": "open"}
+CONTINGENT_ROW = {"kind": "contingent", "declaredOn": "answer", "value": "v", "iteration": 1}
+
+
+LEDGER_WORDS: dict[str, tuple[Any, str]] = {  # a row with the word in it, a word it takes
+    "basis": (lambda w: {**BASIS_ROW, "basis": w}, "direct"),
+    "expect": (lambda w: {**BASIS_ROW, "expect": w}, "low"),
+    "standing": (
+        lambda w: {"kind": "judgment", "toolCallId": "c", "iteration": 1, "standing": w},
+        "fact",
+    ),
+    "verdict": (lambda w: {**PERIOD_ROW, "verdict": w}, "covered"),
+    "carriers.standing": (
+        lambda w: {**CONTINGENT_ROW, "carriers": [{**CARRIER, "standing": w}]},
+        "open",
+    ),
+}
+
+
+@pytest.mark.parametrize("word", [["direct"], {"basis": "direct"}, []])
+@pytest.mark.parametrize("field", list(LEDGER_WORDS))
+def test_a_ledger_word_that_is_an_array_or_object_is_refused_with_the_ledger_message(
+    field: str, word: Any
+) -> None:
+    row, takes = LEDGER_WORDS[field]
+    validate_checkpoint({**VALID, "findingsLedger": [row(takes)]})
+    with pytest.raises(InvalidCheckpointError, match="findingsLedger"):
+        validate_checkpoint({**VALID, "findingsLedger": [row(word)]})

@@ -2,8 +2,10 @@
 
 A scheme maps to a dotted path and the pip extra that brings its driver; the module is imported
 on first use, so ``import agent_checkpoint`` needs no driver. ``register_backend`` adds a
-scheme and refuses to replace one silently. A bare path or ``file://`` is the disk backend, and
-any scheme not registered goes to fsspec.
+scheme and refuses to replace one silently. A bare path or ``file://`` is the disk backend;
+``fsspec+PROTOCOL://...`` (and ``PROTOCOL://`` or a chain ``PROTOCOL::...`` for a protocol
+fsspec knows) goes to fsspec. Anything else that looks like a URL (``redsi://``, ``redis:/host``)
+is refused naming the known schemes, so a typo never becomes a new folder.
 """
 
 from __future__ import annotations
@@ -54,10 +56,18 @@ _REGISTRY: dict[str, BackendEntry] = {
 }
 _FSSPEC = BackendEntry("agent_checkpoint.backends.fsspec:FsspecBackend", "fsspec")
 
+_FSSPEC_COMMON = frozenset((
+    "abfs", "adl", "az", "box", "dbfs", "dropbox", "ftp", "gcs", "gdrive", "gs", "hdfs", "hf",
+    "http", "https", "lakefs", "oci", "oss", "s3a", "sftp", "smb", "ssh", "webdav", "webhdfs",
+))  # fmt: skip
+"""Protocols fsspec implements, for telling a store URL from a typo when fsspec is not
+installed (then they name the extra to install); with fsspec, its own registry decides."""
+
 registry = MappingProxyType(_REGISTRY)
 """Read-only view of scheme -> entry."""
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_URL_LIKE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(//|/|:)?")
 
 
 def register_backend(
@@ -74,6 +84,43 @@ def scheme_of(url: str) -> str:
     """The URL's scheme, or ``"file"`` for a bare path."""
     found = _SCHEME.match(url)
     return found.group(1).lower() if found else "file"
+
+
+def fsspec_knows(protocol: str) -> bool:
+    """Whether fsspec has a filesystem for ``protocol`` (by its registry when installed)."""
+    try:
+        from fsspec.registry import known_implementations, registry
+    except ImportError:
+        return protocol in _FSSPEC_COMMON
+    return protocol in known_implementations or protocol in registry
+
+
+def route(url: str) -> tuple[str, BackendEntry]:
+    """The scheme and backend entry for a store URL or path; refuses what only looks like a
+    URL: an unknown ``scheme://``, or a known scheme with a slash missing (``redis:/host``)."""
+    found = _URL_LIKE.match(url)
+    if found is None:
+        return "file", _REGISTRY["file"]
+    scheme, after = found.group(1).lower(), found.group(2)
+    explicit = scheme.startswith("fsspec+")
+    if after == "//":
+        if scheme in _REGISTRY and not explicit:
+            return scheme, _REGISTRY[scheme]
+        if explicit or fsspec_knows(scheme):
+            return scheme, _FSSPEC
+        raise InvalidKeyError(f"unknown store URL scheme '{scheme}://' ({_known()})")
+    if after == ":" and (explicit or fsspec_knows(scheme)):
+        return scheme, _FSSPEC  # an fsspec chain: simplecache::s3://bucket/path
+    if after is not None or scheme in _REGISTRY:
+        raise InvalidKeyError(
+            f"store '{scheme}:{after or ''}...' looks like a URL but is not one: a URL starts "
+            f"with SCHEME:// ({_known()}); write a folder whose name holds a colon as ./NAME"
+        )
+    return "file", _REGISTRY["file"]
+
+
+def _known() -> str:
+    return f"known: {', '.join(sorted(_REGISTRY))}, a path, or fsspec+PROTOCOL:// for fsspec"
 
 
 def mask_url(url: str) -> str:
@@ -96,7 +143,10 @@ def mask_url(url: str) -> str:
 
 def backend_class(scheme: str) -> type[Any]:
     """The class for ``scheme``, importing its module (and driver) now."""
-    entry = _REGISTRY.get(scheme.lower(), _FSSPEC)
+    return _load(scheme, _REGISTRY.get(scheme.lower(), _FSSPEC))
+
+
+def _load(scheme: str, entry: BackendEntry) -> type[Any]:
     module_name, _, attr = entry.target.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -111,15 +161,22 @@ def backend_class(scheme: str) -> type[Any]:
     return getattr(module, attr)  # type: ignore[no-any-return]
 
 
-def open_backend(url: str, **options: Any) -> Backend:
+def open_backend(url: str, *, create: bool = True, **options: Any) -> Backend:
     """A backend for ``url``: ``memory://``, a path or ``file://``, ``redis://``, ``rediss://``,
-    ``postgresql://``, ``s3://bucket/prefix``, or any fsspec URL."""
+    ``postgresql://``, ``s3://bucket/prefix``, or an fsspec URL (see ``route``).
+
+    ``create=False`` opens only a store that exists: a backend that would make its storage on
+    opening (``makes_store_on_open``: the disk folder) raises ``StoreNotFoundError`` instead.
+    """
     if not isinstance(url, str) or not url.strip():
         raise InvalidKeyError("a store URL or path is required")
-    scheme = scheme_of(url)
+    scheme, entry = route(url)
     if scheme == "file" and _SCHEME.match(url) and urlsplit(url).netloc not in ("", "localhost"):
         raise InvalidKeyError(
             f"file:// URLs name a local path (file:///abs/path); got host {urlsplit(url).netloc!r}"
         )
-    backend: Backend = backend_class(scheme).from_url(url, **options)
+    cls = _load(scheme, entry)
+    if not create and getattr(cls, "makes_store_on_open", False):
+        options["create"] = False
+    backend: Backend = cls.from_url(url, **options)
     return backend

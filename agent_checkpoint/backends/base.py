@@ -8,9 +8,13 @@ Five operations, each atomic on its own:
   are returned even when they are garbage: deciding what is unreadable is the codec's job.
 - ``head(key)``: the summary alone, without the body.
 - ``save(record, expect_revision=, create_only=)``: write, as one atomic step, after checking
-  the stored revision (``plan_save`` states the rule) and resolving the owner write-once. The
-  new revision is the stored one plus one (1 for a new key). On a lost condition nothing changes.
+  the stored revision (``plan_save`` states the rule) and resolving the owner write-once. A
+  live record's revision goes up by one; a new key starts past every revision it ever had,
+  deletes (and expiry) included, so a key never repeats a revision (no ABA): one past the
+  revision its tombstone keeps, or a store-wide counter that every write moves on. On a lost
+  condition nothing changes.
 - ``drop(key, expect_revision=)``: remove record and index entries; ``True`` if it existed.
+  With ``expect_revision``, a key at another revision (or absent) raises ``ConflictError``.
 - ``scan(query)``: summaries from the backend's own index, in ``query`` order, never by loading
   records: newest first ``(saved_at DESC, key ASC)`` or oldest first ``(saved_at ASC, key ASC)``.
 
@@ -207,11 +211,14 @@ def plan_save(
     *,
     expect_revision: int | None,
     create_only: bool,
+    revision: int | None = None,
 ) -> Summary:
     """The summary to store for ``record`` given what is stored now, or the refusal.
 
     Backends call this inside their atomic section (a lock, a transaction); a backend that
-    cannot (Redis runs it as Lua) must implement exactly these rules.
+    cannot (Redis runs it as Lua) must implement exactly these rules. ``revision`` is the one
+    this write gets: one past ``current``'s for a live record (the default), and for a new key
+    one past every revision the key ever had (its tombstone's, or a store-wide counter's).
     """
     key = record.key
     if create_only and current is not None:
@@ -231,7 +238,8 @@ def plan_save(
                 found=found,
             )
     owner = resolve_owner(key, current.owner if current else None, record.summary.owner)
-    revision = current.revision + 1 if current is not None else 1
+    if revision is None:
+        revision = current.revision + 1 if current is not None else 1
     return replace(record.summary, owner=owner, revision=revision, size=len(record.body))
 
 

@@ -3,7 +3,9 @@
 Layout under the root folder::
 
     records/<name>     one JSON header line (the summary), a newline, then the stored bytes,
-                       or for a split record its head (see ``segments.py``)
+                       or for a split record its head (see ``segments.py``); a deleted key
+                       leaves a tombstone line holding its last revision, so that the key's
+                       revisions never repeat
     segments/<name>/   a split record's history, ``<generation>``: one data file that appends
                        grow, written and fsynced before the record file that refers to it;
                        the record's header says how many of its bytes are committed
@@ -37,9 +39,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from ..errors import BackendError, BackendUnavailableError, ConflictError
+from ..errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConflictError,
+    InvalidKeyError,
+    StoreNotFoundError,
+)
 from .base import Closable, Query, Record, Summary, plan_save
-from .disk_files import RecordFiles, file_name, header_line, parse_record
+from .disk_files import (
+    RecordFiles,
+    file_name,
+    header_line,
+    is_record_file,
+    is_tombstone,
+    parse_record,
+    tombstone_line,
+)
 from .disk_index import SummaryIndex, busy
 from .segments import Split as SegmentSplit
 from .segments import plan_append, plan_split
@@ -84,16 +100,58 @@ def _translating(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     return decorate
 
 
+def _refuse_nested(root: Path) -> None:
+    """A store's folder holds its records, index and namespaces (claims live in ``_leases``):
+    a store opened inside another's folder could share or clobber those files."""
+    parent = root.absolute().parent
+    if (parent / "index.sqlite3").is_file() and (parent / "records").is_dir():
+        raise InvalidKeyError(
+            f"{str(root)!r} is inside the disk store at {str(parent)!r}: a store's folder "
+            "belongs to that store; choose a folder outside it"
+        )
+
+
+def _check_root(root: Path, create: bool) -> None:
+    """Refuse a root that is not a folder, and without ``create`` one that holds no store."""
+    where = os.path.abspath(root)
+    for path in (root, *root.parents):
+        if path.exists():
+            if not path.is_dir():
+                raise InvalidKeyError(
+                    f"disk store {where!r}: {str(path)!r} is a file, not a folder"
+                )
+            break
+    if create or (root / "records").is_dir():
+        return
+    why = "holds no checkpoint store" if root.is_dir() else "does not exist"
+    raise StoreNotFoundError(
+        f"no store at {where!r}: the folder {why}; nothing was created (put, save or setup "
+        "create a store)"
+    )
+
+
 class DiskBackend(Closable):
     name = "disk"
+    makes_store_on_open = True
+    """Opening makes the folder; ``create=False`` refuses a folder that holds no store."""
 
-    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        fsync: bool = True,
+        create: bool = True,
+        _namespace: bool = False,
+    ) -> None:
         self.root = Path(root)
+        if not _namespace:
+            _refuse_nested(self.root)
         self._files = RecordFiles(self.root, fsync=fsync)
         self._locks = self.root / "locks"
         self._guard = threading.Lock()
         self._siblings: dict[str, DiskBackend] = {}
         index = self.root / "index.sqlite3"
+        _check_root(self.root, create)
         with _translated("open"):
             self._files.records.mkdir(parents=True, exist_ok=True)
             self._files.segments.mkdir(exist_ok=True)
@@ -165,8 +223,13 @@ class DiskBackend(Closable):
     ) -> Summary:
         key = record.key
         with self._locked(key):
+            current, last = self._current(key)
             summary = plan_save(
-                self.head(key), record, expect_revision=expect_revision, create_only=create_only
+                current,
+                record,
+                expect_revision=expect_revision,
+                create_only=create_only,
+                revision=last + 1,
             )
             self._index.mark_pending(key)
             self._files.write(key, header_line(summary), record.body)
@@ -185,8 +248,13 @@ class DiskBackend(Closable):
     ) -> Summary:
         key = record.key
         with self._locked(key):
+            current, last = self._current(key)
             summary = plan_split(
-                self.head(key), record, expect_revision=expect_revision, create_only=create_only
+                current,
+                record,
+                expect_revision=expect_revision,
+                create_only=create_only,
+                revision=last + 1,
             )
             gen = summary.revision
             self._index.mark_pending(key)
@@ -236,10 +304,16 @@ class DiskBackend(Closable):
             self._index.update(key, planned)
             return planned
 
+    def _current(self, key: str) -> tuple[Summary | None, int]:
+        """The key's summary (``None`` for no record) and the last revision it had (its
+        tombstone's, for a deleted key); the caller holds the key's lock."""
+        found, last = self._files.state(key)
+        return (found[0].summary if found is not None else None), last
+
     @_translating("drop")
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         with self._locked(key):
-            current = self.head(key)
+            current = self._current(key)[0]
             if expect_revision is not None:
                 found = current.revision if current is not None else None
                 if found != expect_revision:
@@ -251,8 +325,7 @@ class DiskBackend(Closable):
             if current is None:
                 return False
             self._index.mark_pending(key)
-            self._files.path(key).unlink(missing_ok=True)
-            self._files.fsync_dir(self._files.records)
+            self._files.write_whole(key, tombstone_line(key, current.revision))
             self._index.update(key, None)
             self._files.prune_segments(key, None)
             return True
@@ -268,11 +341,13 @@ class DiskBackend(Closable):
         """Every record file, in no particular order (for verification and rebuilds)."""
         with _translated("iter_records"):
             for path in self._files.records.iterdir():
-                if path.name.startswith("."):
+                if not is_record_file(path.name):
                     continue
                 try:
                     data = path.read_bytes()
                 except FileNotFoundError:
+                    continue
+                if is_tombstone(data):
                     continue
                 record, split = parse_record(path.name, data)
                 assembled = self._files.assembled(record, split)
@@ -286,13 +361,26 @@ class DiskBackend(Closable):
         """Recreate the index from the record files; return how many records it holds."""
         summaries = []
         for path in self._files.records.iterdir():
-            if not path.name.startswith("."):
+            if is_record_file(path.name):
                 with contextlib.suppress(FileNotFoundError):
                     record, _ = parse_record(path.name, path.read_bytes())
-                    if record.summary.run_id:
+                    if record.summary.run_id:  # a tombstone or a garbled header has none
                         summaries.append(record.summary)
         self._index.replace_all(summaries)
         return len(summaries)
+
+    @_translating("verify")
+    def collect_orphans(self, *, delete: bool = False, grace: float = 300.0) -> int:
+        """Temp files and segment data files older than ``grace`` seconds that no record file
+        refers to (what writers killed mid-write leave); with ``delete``, remove them."""
+        found = self._files.orphans(grace)
+        if delete:
+            for path in found:
+                path.unlink(missing_ok=True)
+            for folder in self._files.segments.iterdir():
+                with contextlib.suppress(OSError):
+                    folder.rmdir()  # only if empty
+        return len(found)
 
     @_translating("namespace")
     def namespace(self, name: str) -> DiskBackend:
@@ -300,7 +388,7 @@ class DiskBackend(Closable):
             sibling = self._siblings.get(name)
             if sibling is None:
                 sibling = self._siblings[name] = DiskBackend(
-                    self.root / f"_{name}", fsync=self.fsync
+                    self.root / f"_{name}", fsync=self.fsync, _namespace=True
                 )
             return sibling
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import threading
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -17,9 +19,20 @@ import orjson
 from .base import Record, Summary
 from .segments import GAP, assemble
 
-__all__ = ["RecordFiles", "Split", "file_name", "header_line", "parse_record"]
+__all__ = [
+    "RecordFiles",
+    "Split",
+    "file_name",
+    "header_line",
+    "is_record_file",
+    "is_tombstone",
+    "parse_record",
+    "tombstone_line",
+]
 
 _SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
+_RECORD_FILE = re.compile(r".*~[0-9a-f]{20}")
+_TOMBSTONE = b'{"tombstone":true,'
 
 
 def file_name(key: str) -> str:
@@ -28,6 +41,22 @@ def file_name(key: str) -> str:
     readable = urllib.parse.quote(key, safe=_SAFE)[:120]
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:20]
     return f"{readable}~{digest}"
+
+
+def is_record_file(name: str) -> bool:
+    """Whether a name in ``records/`` is a record file (a key may begin with a dot, so a
+    record file may too; a temp file never ends as ``file_name`` ends)."""
+    return _RECORD_FILE.fullmatch(name) is not None
+
+
+def is_tombstone(data: bytes) -> bool:
+    return data.startswith(_TOMBSTONE)
+
+
+def tombstone_line(key: str, revision: int) -> bytes:
+    """The whole file a deleted key leaves: it keeps the key's last revision, so the key's
+    next record continues past it (revisions never repeat)."""
+    return _TOMBSTONE + orjson.dumps({"key": key, "revision": revision})[1:]
 
 
 def header_line(summary: Summary, split: dict[str, Any] | None = None) -> bytes:
@@ -92,11 +121,20 @@ class RecordFiles:
         return self.records / file_name(key)
 
     def read(self, key: str) -> tuple[Record, Split | None] | None:
+        return self.state(key)[0]
+
+    def state(self, key: str) -> tuple[tuple[Record, Split | None] | None, int]:
+        """The record file's record and split header (``None`` for no record), and the last
+        revision the key had: its record's, a tombstone's, or 0 for a key never written."""
         try:
             data = self.path(key).read_bytes()
         except FileNotFoundError:
-            return None
-        return parse_record(key, data)
+            return None, 0
+        if is_tombstone(data):
+            revision = orjson.loads(data).get("revision")
+            return None, revision if isinstance(revision, int) else 0
+        found = parse_record(key, data)
+        return found, found[0].summary.revision
 
     def assembled(self, record: Record, split: Split | None) -> Record | None:
         """The record with its history put back; ``None`` if its data file is gone (a full
@@ -133,11 +171,14 @@ class RecordFiles:
 
     def write(self, key: str, header: bytes, body: bytes) -> None:
         """Replace the record file atomically: temp file, fsync, rename, folder fsync."""
+        self.write_whole(key, header + b"\n" + body)
+
+    def write_whole(self, key: str, data: bytes) -> None:
         target = self.path(key)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             with open(tmp, "wb") as f:
-                f.write(header + b"\n" + body)
+                f.write(data)
                 f.flush()
                 if self.fsync:
                     os.fsync(f.fileno())
@@ -186,6 +227,33 @@ class RecordFiles:
             with contextlib.suppress(OSError):
                 folder.rmdir()
 
+    def orphans(self, grace: float) -> list[Path]:
+        """Files older than ``grace`` seconds that no record file refers to: the temp files of
+        writers that died before their rename, and data files of generations no record names
+        (left by a writer that died between writing the data and its record, or between the
+        commit and the prune)."""
+        cutoff = time.time() - grace
+        found = [
+            path
+            for path in _entries(self.records)
+            if not is_record_file(path.name) and _older(path, cutoff)
+        ]
+        for folder in _entries(self.segments):
+            try:
+                data = (self.records / folder.name).read_bytes()
+            except FileNotFoundError:
+                data = b""
+            kept = None
+            if data and not is_tombstone(data):
+                split = parse_record(folder.name, data)[1]
+                kept = str(split["gen"]) if split else None
+            found += [
+                path
+                for path in _entries(folder)
+                if path.name.split("-", 1)[0] != kept and _older(path, cutoff)
+            ]
+        return found
+
     def fsync_dir(self, folder: Path) -> None:
         if self.fsync:
             fd = os.open(folder, os.O_RDONLY)
@@ -193,3 +261,17 @@ class RecordFiles:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _older(path: Path, cutoff: float) -> bool:
+    try:
+        return path.stat().st_mtime < cutoff
+    except FileNotFoundError:
+        return False

@@ -42,7 +42,11 @@ from .objects import (
     RecentSegments,
     extends,
     fields_of,
+    grave_fields,
+    is_grave,
     key_name,
+    next_revision,
+    reserved_root,
     segments_of,
 )
 from .segments import Split, assemble, merge, merge_start, plan_append, plan_split
@@ -67,9 +71,11 @@ class FsspecBackend(ObjectLayout):
     """How many bytes of the segments it wrote last a backend keeps, so that reading them
     back (a get, a merge) needs no request."""
 
-    def __init__(self, fs: Any, root: str) -> None:
+    def __init__(self, fs: Any, root: str, *, _namespace: bool = False) -> None:
         self.fs = fs
         self.root = root.rstrip("/")
+        if not _namespace:
+            reserved_root("fsspec", self.root)
         self._records = f"{self.root}/records/"
         self._index = f"{self.root}/index/"
         self._segments = f"{self.root}/segments/"
@@ -119,7 +125,11 @@ class FsspecBackend(ObjectLayout):
             fields = self._headers([name], "save")[0]
             current = self._summary_of(fields, name, "save")
             summary = (plan_save if split is None else plan_split)(
-                current, record, expect_revision=expect_revision, create_only=create_only
+                current,
+                record,
+                expect_revision=expect_revision,
+                create_only=create_only,
+                revision=next_revision(fields),
             )
             if split is None:
                 self._commit(name, record.key, summary, record.body, {}, fields, [])
@@ -140,7 +150,9 @@ class FsspecBackend(ObjectLayout):
                 return None
             segs = segments_of(fields) or []
             current = self._summary_of(fields, name, "append")
-            planned = plan_append(current, summary, base_revision=base_revision)
+            planned = plan_append(
+                current, summary, base_revision=base_revision, revision=next_revision(fields)
+            )
             uploads: list[tuple[str, bytes]] = []
             if split.segment:
                 if len(segs) + 1 > self.max_segments:
@@ -176,8 +188,8 @@ class FsspecBackend(ObjectLayout):
         first[entry] = b""
         try:
             with self._translate("save"):
-                self.fs.pipe(first)  # one call: concurrent on the async filesystems
-                self.fs.pipe_file(self._records + name, header + body)
+                self._pipe(first)
+                self._pipe({self._records + name: header + body})
         except BaseException:
             self._forget(list(first))  # nothing refers to them: the record was not written
             raise
@@ -211,7 +223,8 @@ class FsspecBackend(ObjectLayout):
         name = key_name(key)
         with self._lock:
             fields = self._headers([name], "drop")[0]
-            current = None if fields is None else self._current(fields, name, "drop")
+            live = fields is not None and not is_grave(fields)
+            current = self._current(fields, name, "drop") if fields and live else None
             if current is None or fields is None:
                 if expect_revision is not None:
                     raise ConflictError(f"key {key!r} does not exist", key=key)
@@ -221,8 +234,9 @@ class FsspecBackend(ObjectLayout):
                 raise ConflictError(
                     f"key {key!r} is at revision {found}, not {expect_revision}", key=key
                 )
+            grave = grave_fields(found, secrets.token_hex(8))
             with self._translate("drop"):
-                self.fs.rm_file(self._records + name)
+                self._pipe({self._records + name: orjson.dumps(grave) + b"\n"})
             self._forget(self._superseded(name, fields, set()))
             return True
 
@@ -262,7 +276,9 @@ class FsspecBackend(ObjectLayout):
         with self._lock:
             sibling = self._siblings.get(name)
             if sibling is None:
-                sibling = self._siblings[name] = FsspecBackend(self.fs, f"{self.root}/_{name}")
+                sibling = self._siblings[name] = FsspecBackend(
+                    self.fs, f"{self.root}/_{name}", _namespace=True
+                )
             return sibling
 
     def close(self) -> None:
@@ -277,6 +293,8 @@ class FsspecBackend(ObjectLayout):
                 except FileNotFoundError:
                     return None
             fields, body = self._split(data, path, operation)
+            if is_grave(fields):
+                return None
             record = Record(self._current(fields, name, operation).summary, body)
             segs = segments_of(fields)
             if segs is None:
@@ -288,8 +306,10 @@ class FsspecBackend(ObjectLayout):
             # longer lists. If the record is still the one read, it was lost: the head alone
             # does not decode, so the record reads as unreadable, not as absent.
             again = self._headers([name], operation)[0]
-            if again is None or again.get("tok") == fields.get("tok"):
-                return record if again is not None else None
+            if again is None or is_grave(again):
+                return None
+            if again.get("tok") == fields.get("tok"):
+                return record
         raise BackendError(
             f"{self.name} record {name!r} changed under {READS} attempts to read it",
             backend=self.name,
@@ -336,7 +356,7 @@ class FsspecBackend(ObjectLayout):
 
     def _fetch_many(self, names: Sequence[str], operation: str) -> list[Current | None]:
         return [
-            None if fields is None else self._current(fields, name, operation)
+            None if fields is None or is_grave(fields) else self._current(fields, name, operation)
             for name, fields in zip(names, self._headers(names, operation), strict=True)
         ]
 
@@ -361,6 +381,17 @@ class FsspecBackend(ObjectLayout):
                     peek = self.fs.cat_file(path)
             out.append(self._split(peek, path, operation)[0])
         return out
+
+    def _pipe(self, objects: dict[str, bytes]) -> None:
+        """Write ``objects`` (in one call: concurrent on the async filesystems), making their
+        folders first on a filesystem that has folders (the local one, a directory
+        filesystem) when a write finds one missing."""
+        try:
+            self.fs.pipe(objects)
+        except FileNotFoundError:
+            for folder in {path.rpartition("/")[0] for path in objects}:
+                self.fs.makedirs(folder, exist_ok=True)
+            self.fs.pipe(objects)
 
     def _forget(self, paths: Sequence[str]) -> None:
         """Best effort: a leftover entry is skipped by listing and removed by ``verify``."""

@@ -1,4 +1,7 @@
-"""The reference backend: records in a dict, two sorted indexes. Lives as long as the process."""
+"""The reference backend: records in a dict, two sorted indexes. Lives as long as the process.
+
+A counter of writes per backend (namespace) stays at or above every revision issued, so a
+key created (or created again after a delete) starts past every revision it ever had."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ class MemoryBackend(Closable):
         self._oldest: list[tuple[int, str]] = []  # (saved_at, key)
         self._lock = threading.Lock()
         self._namespaces: dict[str, MemoryBackend] = {}
+        self._sequence = 0  # at least every revision issued
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MemoryBackend:
@@ -47,7 +51,11 @@ class MemoryBackend(Closable):
         with self._lock:
             current = self.head(record.key)
             summary = plan_save(
-                current, record, expect_revision=expect_revision, create_only=create_only
+                current,
+                record,
+                expect_revision=expect_revision,
+                create_only=create_only,
+                revision=self._next(current),
             )
             self._store(current, replace(record, summary=summary))
             self._splits.pop(record.key, None)
@@ -64,7 +72,11 @@ class MemoryBackend(Closable):
         with self._lock:
             current = self.head(record.key)
             summary = plan_split(
-                current, record, expect_revision=expect_revision, create_only=create_only
+                current,
+                record,
+                expect_revision=expect_revision,
+                create_only=create_only,
+                revision=self._next(current),
             )
             self._store(current, Record(summary, b""))
             self._splits[record.key] = (split.head, [split.segment], split.digest)
@@ -83,7 +95,9 @@ class MemoryBackend(Closable):
                 or stored[2] != base_digest
             ):
                 return None
-            planned = plan_append(current, summary, base_revision=base_revision)
+            planned = plan_append(
+                current, summary, base_revision=base_revision, revision=self._next(current)
+            )
             self._store(current, Record(planned, b""))
             segments = stored[1]
             if len(segments) >= self.max_segments:
@@ -91,7 +105,12 @@ class MemoryBackend(Closable):
             self._splits[summary.key] = (split.head, [*segments, split.segment], split.digest)
             return planned
 
+    def _next(self, current: Summary | None) -> int:
+        """The next write's revision: one more than the live record's, else past everything."""
+        return current.revision + 1 if current is not None else self._sequence + 1
+
     def _store(self, current: Summary | None, record: Record) -> None:
+        self._sequence = max(self._sequence + 1, record.summary.revision)
         if current is not None:
             self._unindex(current)
         self._records[record.key] = record

@@ -19,7 +19,11 @@ A save writes its new index entry, then the record (the commit point), then dele
 previous entry. An entry counts only while its record carries its token, so a crash leaves at
 most an entry that listing skips: never a key listed twice, a dropped key or a stale summary,
 and never a committed record missing from the index. ``verify(repair=True)`` (the CLI's
-``verify --repair``) writes missing entries and deletes stale ones. Oldest-first listing
+``verify --repair``) writes missing entries and deletes stale ones.
+
+A drop replaces the record with a tombstone (a header with the key's last revision and
+``"dead": true``, no body), written under the same condition as any write, so that the key's
+next record continues past every revision it had; reads and listings treat it as absent. Oldest-first listing
 (retention) has no index of its own: it reads the index from the bound to the end.
 """
 
@@ -103,6 +107,18 @@ class RecentSegments:
                 self._size -= len(self._held.pop(path, b""))
 
 
+def reserved_root(backend: str, root: str) -> None:
+    """Refuse a store root whose last segment begins with ``_``: a store's namespaces (its
+    claims) live in ``<root>/_<name>``, so such a store could share another's files."""
+    last = root.rstrip("/").rpartition("/")[2]
+    if last.startswith("_"):
+        raise InvalidKeyError(
+            f"{backend} store location {root!r} ends in a segment beginning with '_', which "
+            "names a store's own namespaces (its claims live in '<location>/_leases'); "
+            "choose another name"
+        )
+
+
 def key_name(key: str) -> str:
     name = base64.b32hexencode(key.encode()).decode().rstrip("=").lower()
     if len(name) <= BUDGET:
@@ -145,6 +161,21 @@ def fields_of(summary: Summary, token: str) -> dict[str, Any]:
     return {"run": s.run_id, "at": s.saved_at, "owner": s.owner, "agent": s.agent_id,
             "phase": s.failure_phase, "iter": s.failure_iteration, "msgs": s.message_count,
             "size": s.size, "rev": s.revision, "tok": token}  # fmt: skip
+
+
+def is_grave(fields: dict[str, Any] | None) -> bool:
+    """Whether a record header is a deleted key's tombstone."""
+    return fields is not None and fields.get("dead") is True
+
+
+def grave_fields(revision: int, token: str) -> dict[str, Any]:
+    return {"rev": revision, "tok": token, "dead": True}
+
+
+def next_revision(fields: dict[str, Any] | None) -> int:
+    """The revision of a write over the record (or tombstone) with header ``fields``."""
+    revision = fields.get("rev") if fields is not None else None
+    return (revision if isinstance(revision, int) else 0) + 1
 
 
 def segments_of(fields: dict[str, Any]) -> list[list[Any]] | None:
@@ -213,13 +244,15 @@ class ObjectLayout(Closable):
     def _summary_of(
         self, fields: dict[str, Any] | None, name: str, operation: str
     ) -> Summary | None:
-        return None if fields is None else self._current(fields, name, operation).summary
+        if fields is None or is_grave(fields):
+            return None
+        return self._current(fields, name, operation).summary
 
     def _superseded(self, name: str, fields: dict[str, Any] | None, kept: set[str]) -> list[str]:
         """What a write that replaced the record with header ``fields`` leaves behind: its
         index entry and the segments the new record does not list (ids are never reused, so
         no later record can refer to them)."""
-        if fields is None:
+        if fields is None or is_grave(fields):
             return []
         current = self._current(fields, name, "save")
         paths = [self._entry_path(current.summary, name, current.token)]

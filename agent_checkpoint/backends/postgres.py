@@ -17,18 +17,25 @@ timeout of every connection are in ``postgres_connections.py``.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import psycopg
 from psycopg.errors import TransactionRollback, UndefinedColumn, UndefinedTable
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from ..errors import BackendError, ConflictError, InvalidKeyError, StoreClosedError
+from ..errors import (
+    ConflictError,
+    InvalidKeyError,
+    StoreClosedError,
+    StoreNotFoundError,
+)
 from .base import (
     Closable,
     Query,
@@ -41,6 +48,7 @@ from .base import (
 )
 from .postgres_connections import (
     DEFAULT_READ_TIMEOUT,
+    CannotConnectError,
     TimedConnection,
     make_pool,
     split_url,
@@ -95,9 +103,11 @@ class PostgresBackend(Closable):
         schema: str = "public",
         table: str = DEFAULT_TABLE,
         owns_pool: bool = False,
+        _namespace: bool = False,
     ) -> None:
         _check_name("schema", schema, MAX_SCHEMA_NAME)
-        _check_name("table", table, MAX_TABLE_NAME)
+        if not _namespace:
+            _check_name("table", table, MAX_TABLE_NAME)
         self.pool = pool
         self.schema = schema
         self.table = table
@@ -118,16 +128,32 @@ class PostgresBackend(Closable):
         max_size: int | None = None,
         pool_timeout: float | None = None,
         read_timeout: float | None = None,
+        client: ConnectionPool[Any] | None = None,
     ) -> PostgresBackend:
         """``postgresql://user@host:port/db?schema=..&table=..&min_size=..&max_size=..``
         ``&pool_timeout=..&read_timeout=..``; other query parameters go to libpq. Keywords
         override the URL. ``read_timeout`` (seconds, ``DEFAULT_READ_TIMEOUT`` unless given;
-        ``0``: no limit) bounds each wait for the server's reply."""
-        conninfo, ours = split_url(url)
+        ``0``: no limit) bounds each wait for the server's reply. With a ready pool
+        (``client=``, which you own and close), the URL gives only ``schema`` and ``table``."""
+        if client is None:
+            conninfo, ours = split_url(url)
+        else:
+            ours = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
         schema = schema if schema is not None else ours.get("schema", "public")
         table = table if table is not None else ours.get("table", DEFAULT_TABLE)
         _check_name("schema", schema, MAX_SCHEMA_NAME)
         _check_name("table", table, MAX_TABLE_NAME)
+        if client is not None:
+            sized: dict[str, float | None] = {"min_size": min_size, "max_size": max_size}
+            sized |= {"pool_timeout": pool_timeout, "read_timeout": read_timeout}
+            extra = {k for k in ours if k not in ("schema", "table")}
+            extra |= {k for k, v in sized.items() if v is not None}
+            if extra:
+                raise InvalidKeyError(
+                    f"postgres options {', '.join(sorted(extra))} configure a connection or "
+                    "pool this store makes, but client= passes a pool in: set them on that pool"
+                )
+            return cls(client, schema=schema, table=table)
 
         def option(name: str, given: object, default: object) -> object:
             return given if given is not None else ours.get(name, default)
@@ -201,14 +227,21 @@ class PostgresBackend(Closable):
             # Two rounds: an INSERT that meets a key created since our read (ON CONFLICT DO
             # NOTHING waits for the creator to commit) reads it again, now locked.
             for _ in range(2):
-                row = conn.execute(self._sql.lock_row, (key,)).fetchone()
-                current = None if row is None else Summary(*row[:-1])
+                locked = conn.execute(self._sql.lock_row, (key,)).fetchone()
+                assert locked is not None  # the LATERAL join always yields one row
+                fresh, row = locked[0], locked[1:]
+                current = None if row[0] is None else Summary(*row[:-1])
+                revision = current.revision + 1 if current is not None else fresh
                 summary = (plan_save if split is None else plan_split)(
-                    current, record, expect_revision=expect_revision, create_only=create_only
+                    current,
+                    record,
+                    expect_revision=expect_revision,
+                    create_only=create_only,
+                    revision=revision,
                 )
                 values = (*summary.row()[1:], *stored)  # the key goes first or last
                 if current is not None:
-                    if row is not None and row[-1] is not None:
+                    if row[-1] is not None:
                         conn.execute(self._sql.clear_segments, (key,))
                     conn.execute(self._sql.update, (*values, key))
                 elif conn.execute(self._sql.insert, (key, *values)).rowcount != 1:
@@ -283,9 +316,14 @@ class PostgresBackend(Closable):
         with self._siblings_lock:
             sibling = self._siblings.get(name)
             if sibling is None:
-                # Same pool, its own table (created here: setup() is idempotent and cheap).
+                # Same pool, its own table (created here: setup() is idempotent and cheap),
+                # named with a "$" that the table of a store cannot hold, so that no store's
+                # table is ever another store's namespace.
                 sibling = PostgresBackend(
-                    self.pool, schema=self.schema, table=f"{self.table}_{name}"
+                    self.pool,
+                    schema=self.schema,
+                    table=_namespace_table(self.table, name),
+                    _namespace=True,
                 )
                 sibling.setup()
                 self._siblings[name] = sibling
@@ -326,6 +364,8 @@ class PostgresBackend(Closable):
                         if not isinstance(exc, TransactionRollback):
                             conn.close()
                         raise
+            except CannotConnectError as exc:
+                raise exc.store_error(operation) from exc
             except PoolTimeout as exc:
                 raise PoolTimeout(f"{exc}{self._why_no_connection()}") from exc
             except PoolClosed as exc:
@@ -335,22 +375,35 @@ class PostgresBackend(Closable):
                     operation=operation,
                 ) from exc
             except (UndefinedTable, UndefinedColumn) as exc:
-                older = isinstance(exc, UndefinedColumn) or f'{self.table}_segments"' in str(exc)
+                older = isinstance(exc, UndefinedColumn) or any(
+                    f'{self.table}_{name}"' in str(exc) for name in ("segments", "revision_seq")
+                )
                 missing = (
                     "predates this library's schema; upgrade it"
                     if older
                     else "does not exist; create it once"
                 )
-                raise BackendError(
+                raise StoreNotFoundError(
                     f"postgres {operation} failed: {self._where} {missing} "
-                    "with store.setup() (or `agent-checkpoint setup --store URL`)",
-                    backend=self.name,
-                    operation=operation,
+                    "with store.setup() (or `agent-checkpoint setup --store URL`)"
                 ) from exc
 
 
+def _namespace_table(table: str, name: str) -> str:
+    """``<table>$<name>``, cut (with a hash of the whole) to leave room for the names derived
+    from a table's name under PostgreSQL's 63-byte limit."""
+    full = f"{table}${name}"
+    if len(full.encode()) <= MAX_TABLE_NAME:
+        return full
+    room = MAX_TABLE_NAME - len(name.encode()) - 10  # "~", 8 hex digits, "$"
+    cut = table.encode()[:room].decode(errors="ignore")
+    return f"{cut}~{hashlib.sha256(table.encode()).hexdigest()[:8]}${name}"
+
+
 def _check_name(what: str, value: str, limit: int) -> None:
-    if not value or "\x00" in value or len(value.encode()) > limit:
+    reserved = "\x00$" if what == "table" else "\x00"  # "$" names a store's namespaces
+    if not value or any(c in value for c in reserved) or len(value.encode()) > limit:
+        shown = "NUL or $" if what == "table" else "NUL"
         raise InvalidKeyError(
-            f"postgres {what} name must be 1-{limit} bytes without NUL, got {value!r}"
+            f"postgres {what} name must be 1-{limit} bytes without {shown}, got {value!r}"
         )

@@ -12,6 +12,7 @@ lost reply; the Store's retry settles it.
 
 from __future__ import annotations
 
+import re
 import select
 import time
 from collections.abc import Iterator
@@ -25,10 +26,12 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from ..errors import InvalidKeyError
+from ..errors import BackendError, InvalidKeyError, StoreError, StoreNotFoundError
 
 __all__ = [
     "DEFAULT_READ_TIMEOUT",
+    "CannotConnectError",
+    "CheckedPool",
     "ReadTimeoutError",
     "TimedConnection",
     "make_pool",
@@ -103,6 +106,79 @@ def unbounded(conn: psycopg.Connection[Any]) -> Iterator[None]:
         conn.read_timeout = bound
 
 
+# What libpq says when retrying cannot help: the server refused this client, or (before a pool
+# ever connected) nothing listens at that address or the host name does not resolve.
+_REFUSED_FOR_GOOD = re.compile(
+    r"password authentication failed|authentication failed|no pg_hba\.conf entry|"
+    r'(database|role) "[^"]*" does not exist|no password supplied|invalid \w+ value',
+    re.I,
+)
+_NOTHING_THERE = re.compile(
+    r"Connection refused|No such file or directory|could not translate host name|"
+    r"Name or service not known|nodename nor servname",
+    re.I,
+)
+
+
+class CannotConnectError(psycopg.Error):
+    """A connection failure retrying cannot fix; ``store_error`` is the library's error for it.
+    Not an ``OperationalError``, so it is never retried."""
+
+    def __init__(self, cause: psycopg.OperationalError) -> None:
+        text = " ".join(str(cause).split())
+        reason = text.rpartition("FATAL:")[2].strip() if "FATAL:" in text else text
+        super().__init__(f"cannot connect to the PostgreSQL server: {reason}")
+        self.reason = reason
+
+    def store_error(self, operation: str) -> StoreError:
+        message = f"postgres {operation} failed: {self}"
+        if re.search(r'database "[^"]*" does not exist', self.reason):
+            return StoreNotFoundError(message + " (create it, or fix the URL)")
+        if _REFUSED_FOR_GOOD.search(self.reason):
+            return InvalidKeyError(message + " (check the URL: its user, password and options)")
+        return BackendError(
+            message + " (nothing answers at that address)", backend="postgres", operation=operation
+        )
+
+
+class CheckedPool(ConnectionPool[TimedConnection]):
+    """The pool ``make_pool`` builds. psycopg_pool retries a failed connection in the
+    background and only logs why, so a wrong password, database or role, or a server that is
+    not there at all, would make every request wait for ``timeout`` and the Store retry it for
+    its whole budget. This pool remembers a failure retrying cannot fix and fails the requests
+    waiting for a connection, and later ones, at once with ``CannotConnectError``. Connection
+    refused counts only until the pool first connected: after that it is an outage."""
+
+    refused: CannotConnectError | None = None
+    connected: bool = False
+
+    def _connect(self, timeout: float | None = None) -> TimedConnection:
+        try:
+            conn = super()._connect(timeout)
+        except psycopg.OperationalError as exc:
+            text = str(exc)
+            if _REFUSED_FOR_GOOD.search(text) or (
+                not self.connected and _NOTHING_THERE.search(text)
+            ):
+                self.refused = CannotConnectError(exc)
+                self._fail_waiting(self.refused)
+            raise
+        self.connected, self.refused = True, None
+        return conn
+
+    def _fail_waiting(self, error: CannotConnectError) -> None:
+        # psycopg_pool has no public way to end the waits of clients it cannot serve.
+        with self._lock:
+            waiting = list(getattr(self, "_waiting", ()))
+        for client in waiting:
+            client.fail(error)
+
+    def getconn(self, timeout: float | None = None) -> TimedConnection:
+        if self.refused is not None:
+            raise self.refused
+        return super().getconn(timeout)
+
+
 def split_url(url: str) -> tuple[str, dict[str, str]]:
     """A PostgreSQL URL as (conninfo for libpq, this library's options): the options
     ``URL_OPTIONS`` names are ours, every other query parameter goes to libpq."""
@@ -117,11 +193,13 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     try:
         conninfo_to_dict(conninfo)  # libpq's own parse: refuses a parameter it does not know
     except psycopg.ProgrammingError as exc:
+        why = " ".join(str(exc).split())
+        if parts.password is not None:  # libpq quotes what it cannot parse: maybe the password
+            why = why.replace(parts.password, "***")
         raise InvalidKeyError(
-            f"postgres URL refused: {' '.join(str(exc).split())} (this library's options: "
-            f"{', '.join(URL_OPTIONS)}; "
+            f"postgres URL refused: {why} (this library's options: {', '.join(URL_OPTIONS)}; "
             "anything else goes to libpq)"
-        ) from exc
+        ) from None
     return conninfo, ours
 
 
@@ -132,14 +210,14 @@ def make_pool(
     max_size: int,
     pool_timeout: float,
     read_timeout: float | None,
-) -> ConnectionPool[TimedConnection]:
+) -> CheckedPool:
     """An opening pool of ``TimedConnection`` sessions in autocommit (a single-statement read
     is one round trip; writes open explicit transactions)."""
 
     def configure(conn: TimedConnection) -> None:
         conn.read_timeout = read_timeout
 
-    pool: ConnectionPool[TimedConnection] = ConnectionPool(
+    pool = CheckedPool(
         conninfo,
         connection_class=TimedConnection,
         kwargs={"autocommit": True},

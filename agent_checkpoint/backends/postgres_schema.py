@@ -119,14 +119,32 @@ MIGRATIONS: tuple[Step, ...] = (
             "DROP INDEX IF EXISTS {oldest_idx_in_schema}",
         ),
     ),
+    (
+        7,
+        "revision sequence",
+        (
+            # Every write moves this sequence on, so it stays at or above every revision
+            # issued; a new key (or one deleted) takes its next value, so a key never repeats a
+            # revision it had (a stale compare-and-swap or retention pass cannot mistake the
+            # new record for the old). It starts past every revision already stored.
+            "CREATE SEQUENCE IF NOT EXISTS {revisions} AS bigint",
+            "SELECT setval({revisions_name}, m) FROM (SELECT max(revision) AS m FROM {table}) t"
+            " WHERE m >= 1",
+        ),
+    ),
 )
 
 
-def object_names(schema: str, table: str) -> dict[str, sql.Identifier]:
+def object_names(schema: str, table: str) -> dict[str, sql.Composable]:
     """The identifiers the steps' ``{placeholders}`` stand for."""
     return {
         "table": sql.Identifier(schema, table),
         "segments": sql.Identifier(schema, f"{table}_segments"),
+        "revisions": sql.Identifier(schema, f"{table}_revision_seq"),
+        # setval() takes the sequence's name as text (a regclass)
+        "revisions_name": sql.Literal(
+            sql.Identifier(schema, f"{table}_revision_seq").as_string(None)
+        ),
         **{
             f"{n}_idx": sql.Identifier(f"{table}_{n}_idx")
             for n in ("newest", "oldest", "owner", "agent", "failed")
@@ -144,7 +162,7 @@ def migrate(
     schema: str,
     table: str,
     steps: tuple[Step, ...],
-    names: dict[str, sql.Identifier],
+    names: dict[str, sql.Composable],
 ) -> None:
     """Create ``schema`` and the ledger if missing, then apply the ``steps`` not yet applied to
     ``table``, in order. Refuses a table migrated by a newer library (a step it does not know)."""

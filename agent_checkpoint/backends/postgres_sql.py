@@ -30,7 +30,7 @@ COLUMNS = (
 class Statements:
     """Every fixed statement of one table's backend."""
 
-    table: sql.Identifier
+    table: sql.Composable
     cols: sql.Composed
     head: bytes
     lock_row: bytes
@@ -46,13 +46,18 @@ class Statements:
     revision: bytes
 
 
-def statements(names: dict[str, sql.Identifier]) -> Statements:
+def statements(names: dict[str, sql.Composable]) -> Statements:
     """The statements for the objects ``names`` (``postgres_schema.object_names``) holds."""
     t, segs = names["table"], names["segments"]
     cols = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
     head = render(sql.SQL("SELECT {} FROM {} WHERE key = %s").format(cols, t))
+    # With the row (locked), the sequence's next value: a new key's revision (a stored one goes
+    # up by one); every write takes one, so the sequence stays past every revision issued.
     lock_row = render(
-        sql.SQL("SELECT {}, segments FROM {} WHERE key = %s FOR UPDATE").format(cols, t)
+        sql.SQL(
+            "SELECT nextval({}), r.* FROM (SELECT 1) one LEFT JOIN LATERAL "
+            "(SELECT {}, segments FROM {} WHERE key = %s FOR UPDATE) r ON true"
+        ).format(names["revisions_name"], cols, t)
     )
     # One statement, so one snapshot: the head and its segments always belong together.
     load = render(
@@ -89,6 +94,7 @@ def statements(names: dict[str, sql.Identifier]) -> Statements:
     #   merge: the record holds ``max_segments`` rows: they become one row (seq 0), joined
     #          as ``assemble`` joins them, and the new segment row follows (seq 1);
     #   add:   a new row at seq ``segments``.
+    # ``state`` also moves the revision sequence on, as every write does (see lock_row).
     # The UPDATE's WHERE is the compare-and-swap, re-checked on the newest row version under
     # its row lock, so it applies only when the row (and with it every segment row, which
     # changes only with it) is still the one the snapshot read. In a merge every row
@@ -97,7 +103,7 @@ def statements(names: dict[str, sql.Identifier]) -> Statements:
     append = render(
         sql.SQL(
             """WITH state AS (
-                SELECT CASE
+                SELECT nextval({revisions}) AS moved, CASE
                     WHEN %(segment_size)s = 0 THEN 'skip'
                     WHEN octet_length(last.data) + 1 + %(segment_size)s <= %(chunk_bytes)s
                         THEN 'join'
@@ -115,7 +121,7 @@ def statements(names: dict[str, sql.Identifier]) -> Statements:
                     segments = CASE state.mode WHEN 'merge' THEN 2 WHEN 'add' THEN segments + 1
                         ELSE segments END
                 FROM state
-                WHERE key = %(key)s AND revision = %(base_revision)s
+                WHERE key = %(key)s AND revision = %(base_revision)s AND state.moved > 0
                     AND digest = %(base_digest)s AND octet_length(body) = 0
                     AND (owner IS NULL OR %(owner)s::text IS NULL OR owner = %(owner)s::text)
                     AND (state.mode <> 'merge'
@@ -141,7 +147,7 @@ def statements(names: dict[str, sql.Identifier]) -> Statements:
                 WHERE g.mode IN ('add', 'merge')
             )
             SELECT revision, owner FROM grown"""
-        ).format(t=t, segs=segs)
+        ).format(t=t, segs=segs, revisions=names["revisions_name"])
     )
     split_state = render(
         sql.SQL(

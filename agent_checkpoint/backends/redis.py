@@ -14,6 +14,12 @@ so one store is one cluster slot; shard across nodes with several prefixes):
   (saved_at DESC, key ASC) and a keyset position is a ZRANGEBYLEX bound.
 - ``{P}:old``: the same with ``<17 digits: saved_at + OFFSET>:<key>`` for oldest first.
 - ``{P}:ix``: names of the per-owner, per-agent and per-phase indexes, for ``repair``.
+- ``{P}:rev``: a counter every write moves on, at or above every revision issued: a new key
+  (or one deleted or expired) starts there, so no key repeats a revision (never expires).
+
+A namespace ``N`` of the store (``namespace``; claims live in one) has the same layout under
+``{P}#N:``: in the store's slot, and out of reach of any other store, whose prefix cannot hold
+a brace.
 
 With ``ttl`` every write gives each per-record key (the hash, and the segment list of a split
 record) the same fresh expiry; index members of expired records are skipped and removed when a
@@ -98,6 +104,7 @@ class RedisBackend(Closable):
         wait_replicas: int = 0,
         wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
         owns_client: bool = False,
+        namespace: str | None = None,
     ) -> None:
         if not prefix or "{" in prefix or "}" in prefix or not prefix.isprintable():
             raise InvalidKeyError(
@@ -125,7 +132,7 @@ class RedisBackend(Closable):
         self.wait_replicas = wait_replicas
         """Replicas that must confirm each write (``WAIT``) before it returns; 0: none."""
         self.wait_timeout = wait_timeout
-        self._base = f"{{{prefix}}}:"
+        self._base = f"{{{prefix}}}:" if namespace is None else f"{{{prefix}}}#{namespace}:"
         self._write = client.register_script(WRITE)
         self._drop = client.register_script(DROP)
         self._page = client.register_script(PAGE)
@@ -133,15 +140,17 @@ class RedisBackend(Closable):
         self._siblings: dict[str, RedisBackend] = {}
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> RedisBackend:
-        client, ours = connect(url, options, default_prefix=DEFAULT_PREFIX)
+    def from_url(cls, url: str, *, client: Client | None = None, **options: Any) -> RedisBackend:
+        """A store on ``url``'s server, or on a ready ``client`` (a ``redis.Redis`` or
+        ``RedisCluster`` you own and close) with the URL's store options."""
+        made, ours = connect(url, options, default_prefix=DEFAULT_PREFIX, client=client)
         return cls(
-            client,
+            made,
             prefix=ours.prefix,
             ttl=ours.ttl,
             wait_replicas=ours.wait_replicas,
             wait_timeout=ours.wait_timeout,
-            owns_client=True,
+            owns_client=client is None,
         )
 
     # -- records -------------------------------------------------------------------------
@@ -325,10 +334,11 @@ class RedisBackend(Closable):
     def namespace(self, name: str) -> RedisBackend:
         sibling = self._siblings.get(name)
         if sibling is None:
-            # Same client; its own hash tag, so it never shows in this store's indexes.
+            # Same client and slot; keys of its own, never in this store's indexes.
             sibling = RedisBackend(
                 self._client,
-                prefix=f"{self.prefix}:{name}",
+                prefix=self.prefix,
+                namespace=name,
                 wait_replicas=self.wait_replicas,
                 wait_timeout=self.wait_timeout,
             )

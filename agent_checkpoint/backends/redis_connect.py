@@ -85,10 +85,12 @@ class StoreOptions:
 
 
 def connect(
-    url: str, options: dict[str, Any], *, default_prefix: str
+    url: str, options: dict[str, Any], *, default_prefix: str, client: Client | None = None
 ) -> tuple[Client, StoreOptions]:
     """A new client for ``url`` (``from_url`` owns it), and the store's own options, from the
-    URL's query or ``options`` (which win)."""
+    URL's query or ``options`` (which win). With a ready ``client``, the URL gives only the
+    store's own options: connection options there would not reach the client, so they are
+    refused."""
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     hint = (
@@ -107,6 +109,14 @@ def connect(
     wait = number(
         "redis", "wait_timeout", ours("wait_timeout", DEFAULT_WAIT_TIMEOUT), positive=True
     )
+    seconds = None if ttl in (None, "") else number("redis", "ttl", ttl, positive=True)
+    if client is not None:
+        if query or options:
+            raise InvalidKeyError(
+                f"redis connection options {', '.join(sorted({*query, *options}))} cannot "
+                "apply to a client passed in (client=): set them on the client"
+            )
+        return client, StoreOptions(prefix, seconds, replicas, wait)
     url = urlunsplit(parts._replace(query=urlencode(query)))
     read = _seconds(options.get("socket_timeout", query.get("socket_timeout")))
     if replicas and read is not None and wait >= read:
@@ -131,7 +141,6 @@ def connect(
         # {prefix} hash tag, so each operation still goes to one node, in one round trip.
         made = RedisCluster.from_url if cluster else redis.Redis.from_url
         client = made(url, **options)
-    seconds = None if ttl in (None, "") else number("redis", "ttl", ttl, positive=True)
     return client, StoreOptions(prefix, seconds, replicas, wait)
 
 

@@ -85,7 +85,15 @@ if rev then
   unindex(cur, key)
   redis.call("DEL", rec)
 end
-local newrev = rev and tonumber(rev) + 1 or 1
+-- A live record's revision goes up by one; a new key (or one deleted or expired) takes the
+-- store's counter, which every write moves on and which so stays at or above every revision
+-- issued: a key never repeats a revision it had.
+local seq = redis.call("INCR", base .. "rev")
+local newrev = seq
+if rev then
+  newrev = tonumber(rev) + 1
+  if newrev > seq then redis.call("SET", base .. "rev", newrev) end  -- a store from before
+end
 local sn, so = ARGV[7], ARGV[8]
 local f = {"sn", sn, "so", so, "run", ARGV[12], "at", ARGV[13], "msgs", ARGV[14],
   "rev", string.format("%d", newrev)}

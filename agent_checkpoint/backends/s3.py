@@ -21,6 +21,8 @@ client, bucket check and error translation in ``s3_bucket.py``.
 
 from __future__ import annotations
 
+import base64
+import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -29,11 +31,19 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+import orjson
 from botocore.exceptions import ClientError
 
 from ..errors import ConflictError, InvalidKeyError
 from .base import Query, Record, Summary, plan_save
-from .objects import RecentSegments, key_name
+from .objects import (
+    RecentSegments,
+    grave_fields,
+    is_grave,
+    key_name,
+    next_revision,
+    reserved_root,
+)
 from .s3_bucket import PAGE
 from .s3_reads import S3Reads
 from .s3_writes import RACES, Known, S3Cleanup, Write, lost_race
@@ -58,10 +68,13 @@ class S3Backend(S3Reads, S3Cleanup):
         create_bucket: bool = False,
         owns_client: bool = False,
         region: str | None = None,
+        _namespace: bool = False,
     ) -> None:
         parts = [part for part in prefix.split("/") if part]
         if any(part in (".", "..") for part in parts) or len(prefix.encode()) > 512:
             raise InvalidKeyError(f"unusable s3 prefix {prefix!r}")
+        if not _namespace:
+            reserved_root("s3", "/".join(parts))
         self.client = client
         self.bucket = bucket
         self.prefix = "/".join(parts)
@@ -97,6 +110,11 @@ class S3Backend(S3Reads, S3Cleanup):
         parts = urlsplit(url)
         if parts.scheme != "s3" or not parts.netloc:
             raise InvalidKeyError(f"an S3 store URL looks like s3://bucket/prefix, not {url!r}")
+        if "@" in parts.netloc:  # never echo it: it holds credentials
+            raise InvalidKeyError(
+                "an s3:// URL takes no credentials (s3://bucket/prefix): boto3 reads them from "
+                "the usual AWS sources (environment, ~/.aws, an instance role)"
+            )
         params = dict(parse_qsl(parts.query))
         refuse_unknown("s3", params, ("endpoint_url", "region", "profile", "create_bucket"))
         region = region or params.get("region")
@@ -136,11 +154,13 @@ class S3Backend(S3Reads, S3Cleanup):
             for attempt in range(RACES):
                 # If-None-Match refuses an existing key by itself: a create needs no read first
                 current = None if create_only and attempt == 0 else self._known(name, "save", True)
+                fields = current.fields if current else None
                 summary = (plan_save if split is None else plan_split)(
-                    self._summary_of(current.fields if current else None, name, "save"),
+                    self._summary_of(fields, name, "save"),
                     record,
                     expect_revision=expect_revision,
                     create_only=create_only,
+                    revision=next_revision(fields),
                 )
                 if split is None:
                     landed = write.commit(key, summary, record.body, {}, current)
@@ -173,6 +193,7 @@ class S3Backend(S3Reads, S3Cleanup):
                     self._summary_of(current.fields, name, "append"),
                     summary,
                     base_revision=base_revision,
+                    revision=next_revision(current.fields),
                 )
                 segs = list(current.segments or [])
                 if new and len(segs) + 1 > self.max_segments:
@@ -210,7 +231,7 @@ class S3Backend(S3Reads, S3Cleanup):
         name = key_name(key)
         for _ in range(RACES):
             current = self._known(name, "drop", segments=True)
-            if current is None:
+            if current is None or is_grave(current.fields):
                 if expect_revision is not None:
                     raise ConflictError(f"key {key!r} does not exist", key=key)
                 return False
@@ -220,14 +241,16 @@ class S3Backend(S3Reads, S3Cleanup):
                 raise ConflictError(
                     f"key {key!r} is at revision {found}, not {expect_revision}", key=key
                 )
-            # a split record's delete is conditional too, so it removes the segments of the
-            # record it deletes, not those of one an append committed meanwhile
-            conditional = expect_revision is not None or current.segments is not None
-            condition = {"IfMatch": f'"{current.etag}"'} if conditional else {}
+            # The tombstone replaces exactly the record read (If-Match), so it removes the
+            # segments of that record, never those of one committed meanwhile.
+            grave = grave_fields(found, secrets.token_hex(8))
+            packed = base64.urlsafe_b64encode(orjson.dumps(grave)).decode()
             with self._translate("drop"):
                 try:
-                    self.client.delete_object(Bucket=self.bucket, Key=self._records + name,
-                                              **condition)  # fmt: skip
+                    self.client.put_object(Bucket=self.bucket, Key=self._records + name,
+                                           Body=orjson.dumps(grave) + b"\n",
+                                           Metadata={"ac": packed},
+                                           IfMatch=f'"{current.etag}"')  # fmt: skip
                 except ClientError as exc:
                     if not lost_race(exc):
                         raise
@@ -315,7 +338,7 @@ class S3Backend(S3Reads, S3Cleanup):
             if sibling is None:
                 prefix = f"{self.prefix}/_{name}" if self.prefix else f"_{name}"
                 sibling = S3Backend(self.client, self.bucket, prefix, create_bucket=self._create,
-                                    region=self._region)  # fmt: skip
+                                    region=self._region, _namespace=True)  # fmt: skip
                 self._siblings[name] = sibling
             return sibling
 

@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 
 from ..errors import BackendError
 from .base import Record
-from .objects import PEEK, Current, Entry, ObjectLayout, RecentSegments, segments_of
+from .objects import PEEK, Current, Entry, ObjectLayout, RecentSegments, is_grave, segments_of
 from .s3_bucket import PAGE, S3Bucket
 from .s3_writes import RACES, Known, missing
 from .segments import assemble
@@ -40,6 +40,8 @@ class S3Reads(ObjectLayout, S3Bucket):
                 return None
             data, etag = got
             fields, body = self._split(data, path, operation)
+            if is_grave(fields):
+                return None
             record = Record(self._current(fields, name, operation).summary, body)
             segs = segments_of(fields)
             if segs is None:
@@ -53,6 +55,8 @@ class S3Reads(ObjectLayout, S3Bucket):
             again = self._known(name, operation)
             if again is not None and again.etag == etag:
                 return record
+            if again is None or is_grave(again.fields):
+                return None
         raise BackendError(
             f"{self.name} record {name!r} changed under {RACES} attempts to read it",
             backend=self.name,
@@ -92,7 +96,7 @@ class S3Reads(ObjectLayout, S3Bucket):
     def _fetch(self, name: str, operation: str) -> Current | None:
         """The record's summary, token and ETag: from its metadata, else from its header."""
         known = self._known(name, operation)
-        if known is None:
+        if known is None or is_grave(known.fields):
             return None
         return self._current(known.fields, name, operation, known.etag)
 

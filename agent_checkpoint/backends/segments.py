@@ -92,18 +92,35 @@ def assemble(head: bytes, segments: list[bytes]) -> bytes:
 
 
 def plan_split(
-    current: Summary | None, record: Record, *, expect_revision: int | None, create_only: bool
+    current: Summary | None,
+    record: Record,
+    *,
+    expect_revision: int | None,
+    create_only: bool,
+    revision: int | None = None,
 ) -> Summary:
     """``plan_save`` for ``save_split``, whose ``record.body`` is empty: the assembled bytes are
     never built for a split write, and ``record.summary.size`` is their size."""
-    planned = plan_save(current, record, expect_revision=expect_revision, create_only=create_only)
+    planned = plan_save(
+        current,
+        record,
+        expect_revision=expect_revision,
+        create_only=create_only,
+        revision=revision,
+    )
     return replace(planned, size=record.summary.size)
 
 
-def plan_append(current: Summary | None, summary: Summary, *, base_revision: int) -> Summary:
+def plan_append(
+    current: Summary | None, summary: Summary, *, base_revision: int, revision: int | None = None
+) -> Summary:
     """``plan_save``'s rules for an append over ``base_revision``; ``summary.size`` is kept."""
     planned = plan_save(
-        current, Record(summary, b""), expect_revision=base_revision, create_only=False
+        current,
+        Record(summary, b""),
+        expect_revision=base_revision,
+        create_only=False,
+        revision=revision,
     )
     return replace(planned, size=summary.size)
 

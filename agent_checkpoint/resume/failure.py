@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import CheckpointError, UnsafeStageError
 from ..model import FailurePoint, Phase, RunCheckpoint
-from ..validation import LLM_STAGE, check_stage
+from ..writable import LLM_STAGE, check_stage
 
 __all__ = [
     "LLM_STAGE",

@@ -17,22 +17,24 @@ class ClaimsConformance:
     """Exclusive claims (``Store.claim``) on a backend that supports namespaces."""
 
     def test_a_claimed_run_cannot_be_claimed_again(self, store: Store) -> None:
-        store.put(checkpoint("r", failed="llm"), key="r")
+        stored = store.put(checkpoint("r", failed="llm"), key="r")
         with store.claim("r", "w1", ttl=30) as claim:
             with pytest.raises(ClaimedError, match="claimed by worker 'w1'"):
                 store.claim("r", "w2", ttl=30)
             assert [(c.key, c.worker) for c in store.claims()] == [("r", "w1")]
-            assert claim.fence == 2
+            assert claim.fence > stored.revision
+            assert store.head("r").revision == claim.fence  # type: ignore[union-attr]
         assert store.claims() == []
         store.claim("r", "w2", ttl=30).release()
 
     def test_claiming_changes_neither_content_nor_listing(self, store: Store) -> None:
-        store.put(stamped(checkpoint("r", failed="llm"), 1234), key="r")
+        stored = store.put(stamped(checkpoint("r", failed="llm"), 1234), key="r")
         before = store.get_json("r")
-        with store.claim("r", "w1", ttl=30):
+        with store.claim("r", "w1", ttl=30) as claim:
             assert store.get_json("r") == before
             [summary] = store.list().items
-            assert (summary.key, summary.saved_at, summary.revision) == ("r", 1234, 2)
+            assert (summary.key, summary.saved_at) == ("r", 1234)
+            assert summary.revision == claim.fence > stored.revision
 
     def test_a_missing_run_cannot_be_claimed(self, store: Store) -> None:
         with pytest.raises(NotFoundError):
@@ -46,7 +48,7 @@ class ClaimsConformance:
         with store.claim("r", "w1", ttl=30) as claim:
             first = claim.put(checkpoint("r-resumed"))
             second = claim.put(checkpoint("r-resumed-2"))
-            assert second.revision == first.revision + 1 == claim.fence
+            assert second.revision > first.revision and second.revision == claim.fence
             store.put(checkpoint("intruder"), key="r")  # an unfenced write sneaks in
             with pytest.raises(LeaseError):
                 claim.put(checkpoint("r-resumed-3"))
@@ -69,6 +71,27 @@ class ClaimsConformance:
             assert [c.worker for c in store.claims()] == ["w2"]
         got = store.get("r")
         assert got is not None and got.run_id == "fresh-result"
+
+    def test_a_late_release_never_drops_a_lease_granted_after_it(self, store: Store) -> None:
+        """A's lease expires; B claims and releases; C claims. A's late release, renew and
+        write must not touch C's lease: D cannot claim while C's lease is live."""
+        store.put(checkpoint("r", failed="llm"), key="r")
+        a = store.claim("r", "A", ttl=0.2)
+        time.sleep(0.3)
+        store.claim("r", "B", ttl=30).release()
+        c = store.claim("r", "C", ttl=30)
+        with pytest.raises(LeaseError):
+            a.renew(30)
+        with pytest.raises(LeaseError):
+            a.put(checkpoint("from-A"))
+        a.release()
+        with pytest.raises(ClaimedError, match="'C'"):
+            store.claim("r", "D", ttl=30)
+        assert [claim.worker for claim in store.claims()] == ["C"]
+        c.put(checkpoint("from-C"))
+        c.release()
+        got = store.get("r")
+        assert got is not None and got.run_id == "from-C"
 
     def test_an_expired_claim_is_not_listed_and_cannot_write(self, store: Store) -> None:
         store.put(checkpoint("r"), key="r")

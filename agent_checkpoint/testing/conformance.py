@@ -7,6 +7,7 @@ from .claims import ClaimsConformance
 from .encryption import EncryptionConformance
 from .growth import AppendingConformance, GrowingHistoryConformance
 from .store_contract import _StoreContract
+from .writer_contract import _WriterContract
 
 __all__ = [
     "AppendingConformance",
@@ -19,6 +20,6 @@ __all__ = [
 ]
 
 
-class StoreConformance(_StoreContract, GrowingHistoryConformance):
+class StoreConformance(_StoreContract, _WriterContract, GrowingHistoryConformance):
     """The whole store contract. Subclass and provide a ``store`` fixture yielding an empty
     ``Store``; add ``ClaimsConformance`` and ``EncryptionConformance`` where supported."""

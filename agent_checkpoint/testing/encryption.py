@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
 import pytest
 
 from ..backends.base import Record
 from ..codec import Codec
-from ..container import Compression, DecryptionError, Keyring, Sealer
+from ..container import MAGIC, Compression, DecryptionError, Keyring, Sealer
 from ..errors import UnreadableEnvelopeError
 from ..store import Store
 from ._samples import checkpoint
@@ -18,6 +21,18 @@ def _keyed(store: Store, keyring: Keyring | None, compress: Compression | None =
 
 
 K1, K2 = b"\x01" * 32, b"\x02" * 32
+
+
+def _with_header(body: bytes, **changes: Any) -> bytes:
+    """``body``, a container, with its header's fields changed (``None``: removed)."""
+    start = len(MAGIC) + 2
+    end = start + int.from_bytes(body[len(MAGIC) : start], "big")
+    header = {**orjson.loads(body[start:end]), **changes}
+    head = orjson.dumps({k: v for k, v in header.items() if v is not _REMOVED})
+    return MAGIC + len(head).to_bytes(2, "big") + head + body[end:]
+
+
+_REMOVED = object()
 
 
 class EncryptionConformance:
@@ -84,3 +99,41 @@ class EncryptionConformance:
         }
         zipped = store.get_record("zipped")
         assert zipped is not None and zipped.summary.size < 1000
+
+    @pytest.mark.parametrize(
+        ("field", "value"),
+        [
+            ("n", 12),
+            ("n", None),
+            ("n", ["AAAA"]),
+            ("n", _REMOVED),
+            ("kid", 1),
+            ("kid", _REMOVED),
+            ("e", None),
+            ("e", {"name": "aes-256-gcm"}),
+            ("c", 0),
+        ],
+    )
+    def test_an_encrypted_header_of_the_wrong_shape_is_undecryptable_not_absent(
+        self, store: Store, field: str, value: Any
+    ) -> None:
+        secure = _keyed(store, Keyring({"k1": K1}, "k1"), "zlib")
+        secure.put(checkpoint("r"), key="r")
+        record = store.get_record("r")
+        assert record is not None
+        damaged = _with_header(record.body, **{field: value})
+        store.backend.save(Record(record.summary, damaged), expect_revision=1)
+        with pytest.raises(DecryptionError, match=f"'{field}' is"):
+            secure.get("r")
+
+    def test_a_compressed_header_of_the_wrong_shape_is_unreadable_not_absent(
+        self, store: Store
+    ) -> None:
+        zipped = _keyed(store, None, "zlib")
+        zipped.put(checkpoint("r"), key="r")
+        record = store.get_record("r")
+        assert record is not None
+        for value in (1, None, ["zlib"], {"c": "zlib"}):
+            store.backend.save(Record(record.summary, _with_header(record.body, c=value)))
+            with pytest.raises(UnreadableEnvelopeError, match="present but unreadable"):
+                zipped.get("r")

@@ -4,12 +4,13 @@ retention, keys and concurrent writers."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 import pytest
 
-from ..backends.base import Record, Summary
+from ..backends.base import Backend, Query, Record, Summary
 from ..envelope import PausedRun, to_paused_envelope
 from ..errors import (
     ConflictError,
@@ -21,11 +22,46 @@ from ..errors import (
     WrongEnvelopeKindError,
 )
 from ..store import MAX_KEY_LENGTH, Store
+from ..store_types import MOMENT_LIMIT_MS
 from ._samples import AWKWARD_KEYS, checkpoint, stamped
 
 
 def _bare_summary(key: str, size: int) -> Summary:
     return Summary(key, "run-x", 1, None, None, None, None, 0, size, 0)
+
+
+class _RaceBeforeDrop:
+    """A backend that runs ``before`` on a key once, just before its first ``drop`` of that key
+    reaches the backend it wraps (everything else is passed through)."""
+
+    def __init__(self, inner: Backend, before: Callable[[str], None]) -> None:
+        self._inner = inner
+        self._before = before
+        self._raced: set[str] = set()
+        self.name = inner.name
+
+    def load(self, key: str) -> Record | None:
+        return self._inner.load(key)
+
+    def head(self, key: str) -> Summary | None:
+        return self._inner.head(key)
+
+    def save(
+        self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
+    ) -> Summary:
+        return self._inner.save(record, expect_revision=expect_revision, create_only=create_only)
+
+    def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
+        if key not in self._raced:
+            self._raced.add(key)
+            self._before(key)
+        return self._inner.drop(key, expect_revision=expect_revision)
+
+    def scan(self, query: Query) -> list[Summary]:
+        return self._inner.scan(query)
+
+    def close(self) -> None:
+        pass
 
 
 class _StoreContract:
@@ -45,7 +81,7 @@ class _StoreContract:
         got = store.get("k1")
         assert got is not None
         assert orjson.dumps(got.to_json()) == orjson.dumps(ckpt.to_json())
-        assert summary.key == "k1" and summary.revision == 1
+        assert summary.key == "k1" and summary.revision >= 1
 
     def test_unknown_fields_survive_the_store(self, store: Store) -> None:
         doc = checkpoint().to_json()
@@ -111,17 +147,44 @@ class _StoreContract:
 
     # -- revisions -----------------------------------------------------------------------
 
-    def test_each_write_bumps_the_revision(self, store: Store) -> None:
-        assert [store.put(checkpoint(), key="r").revision for _ in range(3)] == [1, 2, 3]
+    def test_each_write_of_a_live_record_adds_one_to_its_revision(self, store: Store) -> None:
+        revisions = [store.put(checkpoint(), key="r").revision for _ in range(3)]
+        first = revisions[0]
+        assert first >= 1 and revisions == [first, first + 1, first + 2]
+        assert store.head("r").revision == first + 2  # type: ignore[union-attr]
+
+    def test_a_key_never_repeats_a_revision_across_deletes(self, store: Store) -> None:
+        """No ABA: a key deleted and written again continues past every revision it had, so
+        a check made against an older revision can never pass by coincidence."""
+        seen: list[int] = []
+        for round_ in range(3):
+            seen += [store.put(checkpoint(text=f"{round_}"), key="again").revision for _ in "ab"]
+            assert store.delete("again", if_revision=seen[-1]) is True
+        seen.append(store.put(checkpoint(), key="again", create_only=True).revision)
+        assert seen == sorted(set(seen)), seen
+
+    def test_a_stale_revision_cannot_touch_a_recreated_key(self, store: Store) -> None:
+        first = store.put(checkpoint(text="old"), key="k")
+        store.delete("k")
+        recreated = store.put(checkpoint(text="new"), key="k")
+        assert recreated.revision != first.revision
+        with pytest.raises(ConflictError):
+            store.put(checkpoint(text="stale"), key="k", if_revision=first.revision)
+        with pytest.raises(ConflictError):
+            store.delete("k", if_revision=first.revision)
+        got = store.get("k")
+        assert got is not None and got.history[0].content == "new 0"
+        assert store.head("k") == recreated
 
     def test_if_revision_writes_only_over_that_revision(self, store: Store) -> None:
-        store.put(checkpoint(text="one"), key="cas")
-        assert store.put(checkpoint(text="two"), key="cas", if_revision=1).revision == 2
+        first = store.put(checkpoint(text="one"), key="cas")
+        second = store.put(checkpoint(text="two"), key="cas", if_revision=first.revision)
+        assert second.revision > first.revision
         with pytest.raises(ConflictError):
-            store.put(checkpoint(text="three"), key="cas", if_revision=1)
+            store.put(checkpoint(text="three"), key="cas", if_revision=first.revision)
         got = store.get("cas")
         assert got is not None and got.history[0].content == "two 0"
-        assert store.head("cas").revision == 2  # type: ignore[union-attr]
+        assert store.head("cas") == second
 
     def test_if_revision_on_a_missing_key_conflicts(self, store: Store) -> None:
         with pytest.raises(ConflictError):
@@ -136,7 +199,7 @@ class _StoreContract:
         assert got is not None and got.history[0].content == "first 0"
 
     def test_racing_compare_and_swap_has_one_winner_per_revision(self, store: Store) -> None:
-        store.put(checkpoint(), key="race")
+        base = store.put(checkpoint(), key="race").revision
         wins: list[int] = []
         losses: list[int] = []
         barrier = threading.Barrier(8)
@@ -144,7 +207,7 @@ class _StoreContract:
         def contender(i: int) -> None:
             barrier.wait()
             try:
-                store.put(checkpoint(text=f"w{i}"), key="race", if_revision=1)
+                store.put(checkpoint(text=f"w{i}"), key="race", if_revision=base)
                 wins.append(i)
             except ConflictError:
                 losses.append(i)
@@ -157,7 +220,7 @@ class _StoreContract:
         assert len(wins) == 1 and len(losses) == 7
         got = store.get("race")
         assert got is not None and got.history[0].content == f"w{wins[0]} 0"
-        assert store.head("race").revision == 2  # type: ignore[union-attr]
+        assert store.head("race").revision > base  # type: ignore[union-attr]
 
     # -- ownership (spec §6) -------------------------------------------------------------
 
@@ -178,7 +241,7 @@ class _StoreContract:
         assert [s.key for s in store.list(owner="alice")] == ["o"]
 
     def test_owner_is_not_taken_by_a_different_signer(self, store: Store) -> None:
-        store.put(checkpoint(principal="alice", text="mine"), key="o")
+        mine = store.put(checkpoint(principal="alice", text="mine"), key="o")
         with pytest.raises(OwnershipConflictError):
             store.put(checkpoint(principal="mallory", text="theirs"), key="o")
         got = store.get("o")
@@ -186,7 +249,7 @@ class _StoreContract:
         assert store.owner("o") == "alice"
         assert [s.key for s in store.list(owner="alice")] == ["o"]
         assert store.list(owner="mallory").items == []
-        assert store.head("o").revision == 1  # type: ignore[union-attr]
+        assert store.head("o") == mine
 
     # -- delete --------------------------------------------------------------------------
 
@@ -200,18 +263,18 @@ class _StoreContract:
         assert store.delete("gone") is False
 
     def test_delete_with_a_stale_revision_conflicts(self, store: Store) -> None:
-        store.put(checkpoint(), key="d")
-        store.put(checkpoint(), key="d")
+        first = store.put(checkpoint(), key="d")
+        second = store.put(checkpoint(), key="d")
         with pytest.raises(ConflictError):
-            store.delete("d", if_revision=1)
+            store.delete("d", if_revision=first.revision)
         assert store.get("d") is not None
-        assert store.delete("d", if_revision=2) is True
+        assert store.delete("d", if_revision=second.revision) is True
 
-    def test_a_deleted_key_starts_over(self, store: Store) -> None:
-        store.put(checkpoint(principal="alice"), key="again")
+    def test_a_deleted_key_starts_over_with_a_new_owner(self, store: Store) -> None:
+        first = store.put(checkpoint(principal="alice"), key="again")
         store.delete("again")
         summary = store.put(checkpoint(principal="bob"), key="again")
-        assert summary.revision == 1 and summary.owner == "bob"
+        assert summary.revision > first.revision and summary.owner == "bob"
 
     # -- listing -------------------------------------------------------------------------
 
@@ -277,6 +340,27 @@ class _StoreContract:
         with pytest.raises(InvalidKeyError):
             store.list(limit=0)
 
+    @pytest.mark.parametrize(
+        "query",
+        [
+            {"since": -(10**22)},
+            {"before": 10**20},
+            {"since": float("inf")},
+            {"cursor": f"{10**20}:k"},
+            {"before": MOMENT_LIMIT_MS + 1},
+        ],
+    )
+    def test_times_out_of_range_are_refused_alike(
+        self, store: Store, query: dict[str, Any]
+    ) -> None:
+        store.put(stamped(checkpoint("r", principal="p"), 1_000), key="k")
+        with pytest.raises(InvalidKeyError, match=r"out of range|not a number"):
+            store.list(**query)
+        with pytest.raises(InvalidKeyError, match="out of range"):
+            store.forget_older_than(10**20)
+        assert [s.key for s in store.list()] == ["k"]
+        assert [s.key for s in store.list(before=MOMENT_LIMIT_MS)] == ["k"]
+
     # -- retention -----------------------------------------------------------------------
 
     def test_forget_older_than_deletes_only_strictly_older_oldest_first(self, store: Store) -> None:
@@ -289,6 +373,24 @@ class _StoreContract:
         assert (result.forgotten, result.more) == (1, False)
         assert [s.key for s in store.list()] == ["k4", "k3"]
         assert [s.key for s in store.list(owner="p")] == ["k4", "k3"]
+
+    def test_retention_never_deletes_a_record_recreated_after_its_scan(self, store: Store) -> None:
+        """The prune's scan finds an old record; before its delete, another writer deletes the
+        key and saves it again, newer. The prune must leave the new record alone."""
+        store.put(stamped(checkpoint("old"), 100), key="k")
+        store.put(stamped(checkpoint("keep"), 150), key="other")
+
+        def recreate(key: str) -> None:
+            if key == "k":
+                store.delete(key)
+                store.put(stamped(checkpoint("new"), 10_000), key=key)
+
+        pruning = Store(_RaceBeforeDrop(store.backend, recreate))
+        result = pruning.forget_older_than(200)
+        assert result.forgotten == 1  # "other"; "k" was rewritten since the scan
+        got = store.get("k")
+        assert got is not None and got.run_id == "new"
+        assert [s.key for s in store.list()] == ["k"]
 
     # -- keys ----------------------------------------------------------------------------
 

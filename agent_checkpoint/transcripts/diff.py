@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -38,22 +39,25 @@ def _key(turn: Turn) -> tuple[str, bytes, bytes, bytes]:
     return (role, _digest(content), _digest(calls), _digest(results))
 
 
-def preview(turn: Turn) -> str:
-    """A short one-line description of a turn, for people."""
+def preview(turn: Turn) -> tuple[str, bool]:
+    """A short one-line description of a turn, for people, and whether it is the turn's own
+    text (which the text report quotes) rather than a description of it."""
     if turn.tool_calls:
         text = ", ".join(f"{call_name(c)}({call_id(c)})" for c in turn.tool_calls)
-        return _clip(f"calls {text}")
+        return _clip(f"calls {text}"), False
     if turn.tool_results:
-        return _clip(f"result for {', '.join(result_id(r) for r in turn.tool_results)}")
+        return _clip(f"result for {', '.join(result_id(r) for r in turn.tool_results)}"), False
     content = turn.content
     if isinstance(content, list):
-        content = (
-            " ".join(
-                b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str)
-            )
-            or f"[{len(turn.content)} block(s)]"
-        )
-    return _clip(repr(content) if isinstance(content, str) else orjson.dumps(content).decode())
+        texts = [
+            b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str)
+        ]
+        if not texts:
+            return f"[{len(content)} block(s)]", False
+        content = " ".join(texts)
+    if isinstance(content, str):
+        return _clip(content), True
+    return _clip(orjson.dumps(content).decode()), False
 
 
 def _clip(text: str) -> str:
@@ -71,9 +75,11 @@ class Difference:
     role: str
     fields: tuple[str, ...] = ()
     preview: str = ""
+    quoted: bool = False
+    """``preview`` is the turn's text: the text report shows it in quotes."""
 
     def to_json(self) -> dict[str, Json]:
-        out: dict[str, Json] = {"op": self.op, "a_index": self.a_index, "b_index": self.b_index}
+        out: dict[str, Json] = {"op": self.op, "aIndex": self.a_index, "bIndex": self.b_index}
         out["role"] = self.role
         if self.fields:
             out["fields"] = list(self.fields)
@@ -81,13 +87,14 @@ class Difference:
         return out
 
     def line(self) -> str:
+        shown = json.dumps(self.preview, ensure_ascii=False) if self.quoted else self.preview
         if self.op == "insert":
-            return f"+ B turn {self.b_index_1} ({self.role}) inserted: {self.preview}"
+            return f"+ B turn {self.b_index_1} ({self.role}) inserted: {shown}"
         if self.op == "delete":
-            return f"- A turn {self.a_index_1} ({self.role}) removed: {self.preview}"
+            return f"- A turn {self.a_index_1} ({self.role}) removed: {shown}"
         return (
             f"~ A turn {self.a_index_1} / B turn {self.b_index_1} ({self.role}): "
-            f"{', '.join(self.fields)} differ: {self.preview}"
+            f"{', '.join(self.fields)} differ: {shown}"
         )
 
     @property
@@ -110,11 +117,12 @@ class DiffResult:
         return not self.differences
 
     def to_json(self) -> dict[str, Json]:
-        """The seed's JSON shape: identical, a_turns, b_turns, differences."""
+        """identical, aTurns, bTurns, differences (the seed's shape, in the camelCase keys
+        every JSON this library prints uses)."""
         return {
             "identical": self.identical,
-            "a_turns": self.a_turns,
-            "b_turns": self.b_turns,
+            "aTurns": self.a_turns,
+            "bTurns": self.b_turns,
             "differences": [d.to_json() for d in self.differences],
         }
 
@@ -172,14 +180,14 @@ def diff_turns(a: Iterable[Turn], b: Iterable[Turn]) -> DiffResult:
                 f for f, x, y in zip(FIELDS, keys_a[i], keys_b[j], strict=True) if x != y
             )
             differences.append(
-                Difference("change", i, j, turns_b[j].role, fields, preview(turns_b[j]))
+                Difference("change", i, j, turns_b[j].role, fields, *preview(turns_b[j]))
             )
         elif op == "delete" and i is not None:
             differences.append(
-                Difference("delete", i, None, turns_a[i].role, (), preview(turns_a[i]))
+                Difference("delete", i, None, turns_a[i].role, (), *preview(turns_a[i]))
             )
         elif j is not None:
             differences.append(
-                Difference("insert", None, j, turns_b[j].role, (), preview(turns_b[j]))
+                Difference("insert", None, j, turns_b[j].role, (), *preview(turns_b[j]))
             )
     return DiffResult(len(keys_a), len(keys_b), tuple(differences))

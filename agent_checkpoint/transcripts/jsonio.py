@@ -20,9 +20,18 @@ from typing import BinaryIO, Literal
 import orjson
 
 from ..model import Json
+from ..writable import MAX_DEPTH, dumps, too_deep
 from .errors import MalformedTranscriptError
 
-__all__ = ["BOM", "MAX_RECORD_BYTES", "JsonDocument", "JsonLines", "Line", "dump_line"]
+__all__ = [
+    "BOM",
+    "MAX_RECORD_BYTES",
+    "JsonDocument",
+    "JsonLines",
+    "Line",
+    "TooDeepError",
+    "dump_line",
+]
 
 BOM = b"\xef\xbb\xbf"
 MAX_RECORD_BYTES = 32 * 1024 * 1024
@@ -39,16 +48,35 @@ _SCALAR_END = re.compile(rb"[,\]}\s]")
 Tolerance = Literal["none", "torn", "any"]
 
 
+class TooDeepError(ValueError):
+    """A record that is JSON but nests past ``MAX_DEPTH``, the most a checkpoint holds."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"nests objects and arrays deeper than {MAX_DEPTH} levels (MAX_DEPTH), the most a "
+            "checkpoint holds"
+        )
+
+
 def loads(raw: bytes) -> Json:
-    """Decode one JSON value; lone UTF-16 surrogates (which JavaScript writes) become U+FFFD."""
+    """Decode one JSON value; lone UTF-16 surrogates (which JavaScript writes) become U+FFFD.
+    A value nested past ``MAX_DEPTH`` raises ``TooDeepError``."""
     try:
-        return orjson.loads(raw)
+        value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         try:
-            return _scrub(json.loads(raw.decode("utf-8")))
+            value = _scrub(json.loads(raw.decode("utf-8")))
         except RecursionError:
             # orjson stops at 1,024 levels; the fallback must not recurse past Python's limit.
-            raise ValueError("JSON nested too deeply") from None
+            raise TooDeepError from None
+    if too_deep(value):
+        raise TooDeepError
+    return value
+
+
+def _problem(exc: Exception, invalid: str = "is not valid JSON") -> str:
+    """Why a record was refused, for a message naming where it is."""
+    return str(exc) if isinstance(exc, TooDeepError) else f"{invalid} ({_reason(exc)})"
 
 
 def _scrub(value: Json) -> Json:
@@ -63,7 +91,7 @@ def _scrub(value: Json) -> Json:
 
 def dump_line(value: Json) -> bytes:
     """One JSONL line. U+2028/U+2029 are escaped so line-splitting readers stay safe."""
-    out = orjson.dumps(value, option=orjson.OPT_APPEND_NEWLINE)
+    out = dumps(value, option=orjson.OPT_APPEND_NEWLINE)
     if b"\xe2\x80" in out:
         out = out.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
     return out
@@ -140,15 +168,15 @@ class JsonLines:
                 try:
                     value = loads(stripped)
                 except (ValueError, UnicodeDecodeError) as exc:
-                    torn = not ended
+                    torn = not ended and not isinstance(exc, TooDeepError)
                     if torn and self.tolerate != "none":
                         self.notes.append(f"ignored a torn final line {number} (incomplete JSON)")
                         continue
-                    if self.tolerate == "any":
+                    if self.tolerate == "any" and not isinstance(exc, TooDeepError):
                         skipped += 1
                         continue
                     raise MalformedTranscriptError(
-                        f"{self.path}: line {number} is not valid JSON ({_reason(exc)})"
+                        f"{self.path}: line {number} {_problem(exc)}"
                     ) from None
                 yield Line(number, start, value)
         if skipped:
@@ -192,9 +220,7 @@ def read_values(
             try:
                 yield number, loads(stripped)
             except (ValueError, UnicodeDecodeError) as exc:
-                raise MalformedTranscriptError(
-                    f"{name}: line {number} is not valid JSON ({_reason(exc)})"
-                ) from None
+                raise MalformedTranscriptError(f"{name}: line {number} {_problem(exc)}") from None
 
 
 def _reason(exc: Exception) -> str:
@@ -348,7 +374,9 @@ class JsonDocument:
         try:
             return loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
-            raise MalformedTranscriptError(f"{self.path}: invalid JSON ({_reason(exc)})") from None
+            raise MalformedTranscriptError(
+                f"{self.path}: {_problem(exc, 'invalid JSON')}"
+            ) from None
 
     def _walk(
         self, streamed: Sequence[str], *, items: bool

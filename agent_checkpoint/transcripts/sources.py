@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 
 from ..model import Json
@@ -24,6 +25,9 @@ from .openai_responses import turns_from_items
 from .turns import Turn, now_iso, turn_from_json
 
 __all__ = ["Transcript", "open_transcript"]
+
+SESSION_ID_LINES = 64
+"""How many lines from the top are searched for a session id."""
 
 
 class Transcript:
@@ -52,6 +56,25 @@ class Transcript:
 
     def __repr__(self) -> str:
         return f"Transcript({str(self.path)!r}, format={self.format!r})"
+
+    def session_id(self) -> str | None:
+        """The id of the session the transcript records, where its format carries one (a
+        Claude Code log's ``sessionId``, a Codex rollout's ``session_meta`` id), from the
+        first ``SESSION_ID_LINES`` lines; ``None`` otherwise."""
+        if self.format not in ("claude-code", "codex"):
+            return None
+        for line in islice(self._lines("any"), SESSION_ID_LINES):
+            record = line.value
+            if not isinstance(record, dict):
+                continue
+            found = record.get("sessionId")
+            if self.format == "codex":
+                payload = record.get("payload")
+                meta = record.get("type") == "session_meta" and isinstance(payload, dict)
+                found = payload.get("id") if meta else None  # type: ignore[union-attr]
+            if isinstance(found, str) and found:
+                return found
+        return None
 
     def __iter__(self) -> Iterator[Turn]:
         notes: list[str] = []

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from ..model import Json, JsonObject
+from ..writable import dumps
 from .errors import MalformedTranscriptError, TranscriptNotFoundError
 from .jsonio import MAX_RECORD_BYTES, dump_line, read_values
 
@@ -149,7 +150,7 @@ def result_id(result: JsonObject) -> str:
 def make_tool_call(id: str, name: str, arguments: Json, **extra: Json) -> dict[str, Json]:
     """A tool call in the canonical (OpenAI) shape; an object ``arguments`` is encoded."""
     if not isinstance(arguments, str):
-        arguments = orjson.dumps({} if arguments is None else arguments).decode()
+        arguments = dumps({} if arguments is None else arguments, where="arguments").decode()
     return {
         "id": id,
         "type": "function",

@@ -14,7 +14,7 @@ def test_identical_conversations_ignore_time_provider_and_model() -> None:
     b = [t.evolve(ts="2030-01-01T00:00:00Z", provider="x", model="m") for t in a]
     result = diff_turns(a, b)
     assert result.identical and result.lines() == ["identical"]
-    assert result.to_json() == {"identical": True, "a_turns": 2, "b_turns": 2, "differences": []}
+    assert result.to_json() == {"identical": True, "aTurns": 2, "bTurns": 2, "differences": []}
 
 
 def test_a_turn_inserted_in_the_middle_is_one_difference() -> None:
@@ -22,12 +22,23 @@ def test_a_turn_inserted_in_the_middle_is_one_difference() -> None:
     b = [*a[:2], Turn("user", "an aside"), *a[2:]]
     result = diff_turns(a, b)
     assert [d.to_json() for d in result.differences] == [
-        {"op": "insert", "a_index": None, "b_index": 2, "role": "user", "preview": "'an aside'"}
+        {"op": "insert", "aIndex": None, "bIndex": 2, "role": "user", "preview": "an aside"}
     ]
     assert result.lines()[1:] == [
         "A has 6 turns, B has 7: 1 inserted, 0 removed, 0 changed",
-        "+ B turn 3 (user) inserted: 'an aside'",
+        '+ B turn 3 (user) inserted: "an aside"',
     ]
+
+
+def test_previews_in_json_are_the_text_itself_not_a_python_repr() -> None:
+    a = convo("Where?", "Paris.")
+    b = convo("Where?", "Rome.")
+    (json_diff,) = diff_turns(a, b).to_json()["differences"]  # type: ignore[misc]
+    assert json_diff["preview"] == "Rome."  # type: ignore[index]
+    said = 'She said "it\'s fine"'
+    (quoted,) = diff_turns(a, convo("Where?", said)).differences
+    assert quoted.preview == said
+    assert quoted.line().endswith(': "She said \\"it\'s fine\\""')
 
 
 def test_a_removed_and_a_changed_turn_are_told_apart() -> None:

@@ -240,7 +240,10 @@ def test_diff_exit_codes_and_json_output_match_the_seed(run: Run, tmp_path: Path
     same = run("diff", str(a), str(b))
     assert (same.code, same.out, same.err) == (0, "identical\n", "")
     assert run("diff", str(a), str(b), "-f", "json").out == (
-        '{"identical": true, "a_turns": 4, "b_turns": 4, "differences": []}\n'
+        '{"identical": true, "aTurns": 4, "bTurns": 4, "differences": []}\n'
+    )
+    assert (
+        run("diff", str(a), str(b), "--json").out == run("diff", str(a), str(b), "-f", "json").out
     )
     write_json(source, [*QUICK_START[:2], {"role": "user", "content": "Aside"}, *QUICK_START[2:]])
     run("save", str(source), "-o", str(b))
@@ -249,20 +252,22 @@ def test_diff_exit_codes_and_json_output_match_the_seed(run: Run, tmp_path: Path
     assert ran.out.splitlines() == [
         "different",
         "A has 4 turns, B has 5: 1 inserted, 0 removed, 0 changed",
-        "+ B turn 3 (user) inserted: 'Aside'",
+        '+ B turn 3 (user) inserted: "Aside"',
     ]
     assert json.loads(run("diff", str(a), str(b), "--format", "json").out)["differences"] == [
-        {"op": "insert", "a_index": None, "b_index": 2, "role": "user", "preview": "'Aside'"}
+        {"op": "insert", "aIndex": None, "bIndex": 2, "role": "user", "preview": "Aside"}
     ]
 
 
-def test_diff_failures_all_exit_2(run: Run, tmp_path: Path) -> None:
+def test_diff_failures_exit_with_every_commands_codes(run: Run, tmp_path: Path) -> None:
+    # diff used to exit 2 for everything; now a missing file is 3 and a malformed one 5, as
+    # for save, resume and merge (still >1, so `diff` in a script reads 0/1 the same way)
     a = tmp_path / "a.jsonl"
     a.write_text('{"role": "user", "content": "a", "ts": null}\n', encoding="utf-8")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"role": "user", "content": "a", "ts": null}\n{oops}\n', encoding="utf-8")
-    assert run("diff", str(a), str(tmp_path / "missing")).code == 2
-    assert run("diff", str(a), str(bad)).code == 2
+    assert run("diff", str(a), str(tmp_path / "missing")).code == 3
+    assert run("diff", str(a), str(bad)).code == 5
     assert "line 2 is not valid JSON" in one_error_line(run("diff", str(a), str(bad)))
     assert run("diff", str(a)).code == 2
 
@@ -298,3 +303,34 @@ def test_merge_extends_refuses_divergence_and_honours_prefer(run: Run, tmp_path:
         -1
     ] == "And Spain?"
     assert run("merge", str(base), str(tmp_path / "missing"), "-o", str(out)).code == 3
+
+
+def _nested_input(levels: int) -> object:
+    value: object = "x"
+    for i in range(levels):
+        value = {"a": value} if i % 2 else [value]
+    return value
+
+
+@pytest.mark.parametrize("target", ["-o", "--store"])
+def test_save_refuses_a_tool_input_nested_past_the_depth_limit(
+    run: Run, tmp_path: Path, target: str
+) -> None:
+    def transcript(levels: int) -> Path:
+        tool_use = {"type": "tool_use", "id": "t1", "name": "deep", "input": _nested_input(levels)}
+        messages = [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [tool_use]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}],
+            },
+            {"role": "assistant", "content": "done"},
+        ]
+        return write_json(tmp_path / f"deep{levels}.json", {"model": "m", "messages": messages})
+
+    out = str(tmp_path / ("ckpt.jsonl" if target == "-o" else "store"))
+    assert run("save", str(transcript(200)), target, out).code == 0
+    ran = run("save", str(transcript(300)), target, out)
+    assert ran.code == 5
+    assert "nests objects and arrays deeper than 254 levels" in one_error_line(ran)
