@@ -7,10 +7,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import orjson
 import pytest
 from support.legacy import legacy_record
 
 from agent_checkpoint import open_store
+from agent_checkpoint.backends.base import Record, Summary
 from agent_checkpoint.backends.disk import file_name
 from agent_checkpoint.cli import EXIT, main
 from agent_checkpoint.testing import checkpoint, stamped
@@ -51,11 +53,13 @@ def test_copy_refuses_to_clobber_different_content(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     src, dst = str(tmp_path / "a"), str(tmp_path / "b")
-    fill(src, 2)
+    fill(src, 3)
     with open_store(dst) as target:
         target.put(checkpoint("other"), key="k1")
-    code, _, err = run(capsys, "copy", "--store", src, "--to", dst)
-    assert code == EXIT["conflict"] and "--overwrite" in err
+    code, out, err = run(capsys, "copy", "--store", src, "--to", dst)
+    assert code == EXIT["conflict"]  # the others are copied; the conflict is listed
+    assert f"left as it is: 'k1' holds other content in {dst} (--overwrite replaces it)" in err
+    assert "Copied 2 record(s)" in out and "1 left as they are" in out
     assert run(capsys, "copy", "--store", src, "--to", dst, "--overwrite")[0] == 0
 
 
@@ -221,3 +225,42 @@ def test_rekey_moves_every_record_to_the_new_primary_key(
     monkeypatch.setenv("AGENT_CHECKPOINT_KEYS", "k2:not-base64!")
     code, _, err = run(capsys, "ls", "--store", url)
     assert code == EXIT["usage"] and "not valid base64" in err
+
+
+def test_get_and_verify_report_a_record_nested_past_the_depth_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = str(tmp_path)
+    fill(url, 3)
+    deep = checkpoint("deep").to_json()
+    deep["version"] = "HOLE"
+    body = orjson.dumps({"format": "conversation-v1", "data": deep, "savedAt": 5000})
+    body = body.replace(b'"HOLE"', b"[" * 400 + b"1" + b"]" * 400)
+    with open_store(url) as store:
+        store.backend.save(
+            Record(Summary("deep", "deep", 5000, None, None, None, None, 1, 1, 0), body)
+        )
+    code, _, err = run(capsys, "get", "deep", "--store", url)
+    assert code == EXIT["invalid"] and "deeper than 254 levels" in err and "Traceback" not in err
+    code, out, _ = run(capsys, "verify", "--json", "--store", url)
+    report = json.loads(out)
+    assert code == EXIT["invalid"] and report["unreadable"] == ["deep"] and report["checked"] == 4
+
+
+def test_migrate_reports_a_record_no_put_may_store_and_upgrades_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = str(tmp_path)
+    with open_store(url) as store:
+        store.backend.save(legacy_record("good", 1000))
+        bad = legacy_record("bad", 1001)
+        body = bad.body.replace(b'"old-bad"', b'"old-\\u0000bad"')  # NUL: no index holds it
+        store.backend.save(Record(bad.summary, body))
+    code, out, err = run(
+        capsys, "migrate", "--migrations", "support.legacy:MIGRATIONS", "--store", url
+    )
+    assert code == EXIT["invalid"]
+    assert out.strip() == "upgraded 1 record(s); 0 already at version 1; 1 failed"
+    assert "'bad': cannot store this checkpoint: data.runId holds NUL" in err
+    with open_store(url) as store:
+        assert store.get("good") is not None and store.get("good").version == 1  # type: ignore[union-attr]

@@ -157,10 +157,12 @@ def test_conflicts_have_their_own_exit_code(
     assert code == EXIT["conflict"] and "owned by principal 'alice'" in err
 
 
-def test_missing_file_and_bad_durations_are_usage_errors(
+def test_a_missing_file_is_not_found_and_a_bad_duration_a_usage_error(
     store_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(capsys, "put", "/nonexistent/file.json", "--store", store_url)[0] == EXIT["usage"]
+    # a missing input file is 3 for put as for save, resume, diff and merge (put said 2)
+    code, _, err = run(capsys, "put", "/nonexistent/file.json", "--store", store_url)
+    assert code == EXIT["not_found"] and "/nonexistent/file.json: no such file" in err
     code, _, err = run(capsys, "prune", "--older-than", "soon", "--store", store_url)
     assert code == EXIT["usage"] and "invalid duration 'soon'" in err
 
@@ -208,7 +210,7 @@ def test_unreadable_record_is_reported_not_hidden(
 )
 def test_credentials_in_urls_are_masked(url: str, masked: str) -> None:
     from agent_checkpoint.backends import mask_url
-    from agent_checkpoint.cli import _masked
+    from agent_checkpoint.cli._boundary import Boundary
 
     assert mask_url(url) == masked
-    assert _masked(f"cannot reach '{url}': refused") == f"cannot reach '{masked}': refused"
+    assert Boundary().mask(f"cannot reach '{url}': refused") == f"cannot reach '{masked}': refused"

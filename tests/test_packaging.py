@@ -1,7 +1,10 @@
-"""The core install works without any extra: drivers load only when their scheme is used."""
+"""The core install works without any extra: drivers load only when their scheme is used; the
+README's main job runs as written in a fresh copy of the repository."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -72,11 +75,42 @@ def test_core_install_without_extras_imports_and_stores(tmp_path: Path) -> None:
 
 
 def test_python_dash_m_runs_the_cli(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "agent_checkpoint", "ls", "--store", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "agent_checkpoint", *args, "--store", str(tmp_path / "s")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    assert cli("setup").returncode == 0  # ls creates no store: a missing one is an error
+    result = cli("ls")
     assert result.returncode == 0, result.stderr
     assert "no checkpoints" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_readme_main_job_runs_as_written(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## The two commands", 1)[1]
+    command = section.split("```bash\n", 1)[1].split("\n```", 1)[0]
+    assert command.startswith("python3 -m venv .venv && .venv/bin/pip install -q . &&")
+    copy = tmp_path / "repo"
+    copy.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, copy)
+    for name in ("agent_checkpoint", "examples"):
+        shutil.copytree(ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AGENT_CHECKPOINT_", "VIRTUAL_ENV"))
+    }
+    ran = subprocess.run(
+        ["bash", "-c", command], cwd=copy, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[0] == "Stored conv-41200 (revision 1, 729 B)"
+    assert lines[1].split()[:2] == ["KEY", "SAVED"] and lines[2].split()[0] == "conv-41200"
+    assert "  failed     llm at iteration 2 (stage: call-llm)" in lines

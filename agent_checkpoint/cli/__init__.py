@@ -1,18 +1,18 @@
 """The ``agent-checkpoint`` command: parse, call the public API, print, map errors to exit codes.
 
 Each command group lives in its own module with a ``register(subparsers)`` function. Every
-failure ends as one line on stderr and one of the documented exit codes (``EXIT``), never a
-traceback.
+failure ends as one line on stderr and one of the documented exit codes (``EXIT``, the same
+table for every command), never a traceback; ``--verbose`` adds the detail. Everything printed
+about an error, a warning or a log record passes through ``Boundary``, which masks the
+secrets the command was given.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Sequence
 
-from ..backends import mask_url
 from ..errors import (
     BackendError,
     CheckpointError,
@@ -26,13 +26,16 @@ from ..errors import (
     StoreError,
     TranscriptError,
     TranscriptNotFoundError,
+    UnsafeStageError,
 )
+from ..store import DEFAULT_STORE_PATH, STORE_ENV
 from . import interchange as interchange_commands
 from . import ops as ops_commands
 from . import store_commands as store_commands
+from ._boundary import QUIET_ENV, Boundary
 from ._common import EXIT, CommandError
 
-__all__ = ["EXIT", "CommandError", "build_parser", "main"]
+__all__ = ["EXIT", "CommandError", "build_parser", "exit_code_for", "main"]
 
 _GROUPS = (store_commands, ops_commands, interchange_commands)
 
@@ -43,10 +46,37 @@ def build_parser() -> argparse.ArgumentParser:
         description="Save, store, inspect and resume AI-agent run checkpoints.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        default=None,
+        help=f"store URL or path for the command (default: ${STORE_ENV}, else "
+        f"./{DEFAULT_STORE_PATH}); also accepted after the command",
+    )
+    _add_output_options(parser, default=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in _GROUPS:
         group.register(sub)
+    for command in sub.choices.values():
+        _add_output_options(command, default=argparse.SUPPRESS)
     return parser
+
+
+def _add_output_options(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="on an error, its whole message, causes and traceback; drivers' log warnings",
+    )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default,
+        help=f"no warnings (such as Redis keeping nothing on disk); also ${QUIET_ENV}=1",
+    )
 
 
 def _version() -> str:
@@ -61,15 +91,15 @@ def exit_code_for(exc: BaseException) -> int:
         return exc.exit_code
     if isinstance(exc, DivergedError):
         return EXIT["conflict"]
-    if isinstance(exc, TranscriptNotFoundError):
+    if isinstance(exc, (TranscriptNotFoundError, NotFoundError, FileNotFoundError)):
         return EXIT["not_found"]
     if isinstance(exc, TranscriptError):
         return EXIT["invalid"]
-    if isinstance(exc, NotFoundError):
-        return EXIT["not_found"]
     if isinstance(exc, ConflictError):
         return EXIT["conflict"]
-    if isinstance(exc, (InvalidCheckpointError, EnvelopeError, ConversationMismatchError)):
+    if isinstance(
+        exc, (InvalidCheckpointError, UnsafeStageError, EnvelopeError, ConversationMismatchError)
+    ):
         return EXIT["invalid"]
     if isinstance(exc, MissingDependencyError):
         return EXIT["dependency"]
@@ -80,26 +110,21 @@ def exit_code_for(exc: BaseException) -> int:
     return EXIT["internal"]
 
 
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]+")
-
-
-def _masked(message: str) -> str:
-    """Error text with every URL's password masked: credentials are never printed."""
-    return _URL.sub(lambda m: mask_url(m.group(0)), message)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    boundary = Boundary(verbose=args.verbose, quiet=args.quiet)
+    boundary.add_urls([getattr(args, "store", None), getattr(args, "to", None)])
     try:
-        code: int = args.run(args)
-    except KeyboardInterrupt:
-        print("agent-checkpoint: interrupted", file=sys.stderr)
-        return 130
+        with boundary.installed():
+            code: int = args.run(args)
+    except KeyboardInterrupt as exc:
+        detail = f": {boundary.mask(str(exc))}" if str(exc) else ""
+        print(f"agent-checkpoint: interrupted{detail}", file=sys.stderr)
+        return EXIT["interrupted"]
     except BrokenPipeError:
-        return 0
+        return EXIT["ok"]
     except Exception as exc:  # every error is one line, never a traceback
-        message = _masked(" ".join(str(exc).split()) or type(exc).__name__)
-        print(f"agent-checkpoint: error: {message}", file=sys.stderr)
+        boundary.error(exc)
         return exit_code_for(exc)
     return code

@@ -1,13 +1,21 @@
-"""What every command module shares: exit codes, the store option, output helpers."""
+"""What every command module shares: exit codes, the store option, reading inputs, progress,
+JSON and time/size output."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import orjson
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..container import keyring_from_env
 from ..store import DEFAULT_STORE_PATH, STORE_ENV, Store, open_store
@@ -15,17 +23,20 @@ from ..store import DEFAULT_STORE_PATH, STORE_ENV, Store, open_store
 EXIT = {
     "ok": 0,
     "differ": 1,  # diff: the checkpoints differ
-    "usage": 2,  # bad arguments or bad input (also argparse's own code)
-    "not_found": 3,
-    "conflict": 4,  # a conditional write or ownership check lost; nothing changed
-    "invalid": 5,  # a record or file that is present but unreadable or refused by the door
+    "usage": 2,  # a bad argument, or a store URL that is wrong (also argparse's own code)
+    "not_found": 3,  # a key, an input file or a store that does not exist
+    "conflict": 4,  # a conditional write, ownership check or claim lost; nothing changed
+    "invalid": 5,  # a record or file present but unreadable, or refused by the door or writer
     "backend": 6,  # the store's server failed or stayed unreachable after retries
     "dependency": 7,  # the store URL needs an extra that is not installed
+    "interrupted": 130,  # Ctrl-C (128 + SIGINT)
     "internal": 70,
     "cannot_execute": 126,  # resume: the command exists but cannot run
     "command_not_found": 127,  # resume: the command was not found
 }
-"""Exit codes of every command, documented in README "Exit codes"."""
+"""Exit codes of every command, documented once in README "Exit codes"."""
+
+Tick = Callable[..., None]
 
 
 class CommandError(Exception):
@@ -36,24 +47,97 @@ class CommandError(Exception):
         self.exit_code = exit_code
 
 
-def add_store_option(parser: argparse.ArgumentParser) -> None:
+def add_store_option(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+    """``--store`` after the command; the same option before it sets the default (so a value
+    given here must not be overwritten by an absent one: ``SUPPRESS``)."""
     parser.add_argument(
         "--store",
         metavar="URL",
-        default=None,
-        help=f"store URL or path (default: ${STORE_ENV}, else ./{DEFAULT_STORE_PATH})",
+        default=argparse.SUPPRESS,
+        help=help or f"store URL or path (default: ${STORE_ENV}, else ./{DEFAULT_STORE_PATH})",
     )
 
 
-def store_from(args: argparse.Namespace, url: str | None = None) -> Store:
-    """The store named by ``--store`` (or ``url``), with keys from ``$AGENT_CHECKPOINT_KEYS``."""
+def store_url(args: argparse.Namespace) -> str:
+    return getattr(args, "store", None) or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
+
+
+def store_from(args: argparse.Namespace, url: str | None = None, *, create: bool = False) -> Store:
+    """The store named by ``--store`` (or ``url``), with keys from ``$AGENT_CHECKPOINT_KEYS``.
+
+    Only commands that write open with ``create``: a reading command on a store that does not
+    exist (a mistyped folder) is an error, and leaves nothing behind."""
     try:
         keyring = keyring_from_env()
     except ValueError as exc:
         raise CommandError(str(exc)) from None
-    target = url or args.store or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
-    return open_store(target, keyring=keyring)
+    return open_store(url or store_url(args), keyring=keyring, create=create)
+
+
+def read_input(path: str) -> bytes:
+    """The bytes of an input file (``-``: stdin); a missing file is "not found" (3), one that
+    cannot be read "unreadable" (5), as for every command."""
+    try:
+        return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except FileNotFoundError as exc:
+        raise CommandError(f"{path}: no such file", EXIT["not_found"]) from exc
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror or exc}", EXIT["invalid"]) from exc
 
 
 def print_json(value: Any) -> None:
     sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def format_time(ms: int) -> str:
+    """``YYYY-MM-DD HH:MM:SS`` in UTC; epoch milliseconds beyond what a date can show."""
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    except (OverflowError, ValueError, OSError):
+        return f"{ms} ms"
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(n)  # pragma: no cover
+
+
+@contextmanager
+def progress(description: str, total: int | None, *, unit: str = "record(s)") -> Iterator[Tick]:
+    """A progress bar on stderr while the block runs (none when stderr is not a terminal).
+
+    Ctrl-C ends the command saying how far it got, bar or not: the tick count travels in the
+    ``KeyboardInterrupt`` that ``main`` reports."""
+    console = Console(stderr=True)
+    done = 0
+    lock = threading.Lock()
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as bar:
+        task = bar.add_task(description, total=total)
+
+        def tick(n: int = 1) -> None:
+            nonlocal done
+            with lock:
+                done += n
+            bar.advance(task, n)
+
+        try:
+            yield tick
+        except KeyboardInterrupt:
+            of = "" if total is None else f" of {total}"
+            raise KeyboardInterrupt(
+                f"{description} stopped after {done}{of} {unit}; running the same command "
+                "again carries on"
+            ) from None

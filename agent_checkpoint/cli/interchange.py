@@ -1,18 +1,18 @@
 """Interchange commands: ``save``, ``resume``, ``diff``, ``merge`` (the seed CLI, kept).
 
-Exit codes (``EXIT`` in ``_common``): 0 success; 2 bad arguments or an output that cannot be
-written; 3 a transcript, checkpoint or store key that does not exist; 4 ``merge`` of two
-diverged conversations without ``--prefer``; 5 input that is present but unusable (empty,
-binary, not JSON, truncated, an oversized line, no recognised format, no complete turn).
-``diff`` keeps the seed's codes: 0 identical, 1 different, 2 for every failure. ``resume``
-exits with its command's code, 128+N if the command died of signal N, 126 if the command
-cannot be executed and 127 if it is not found. Notes about what was left out or repaired go
-to stderr as ``agent-checkpoint: note: ...``.
+Exit codes are every command's (``EXIT`` in ``_common``): 0 success; 1 ``diff``: different;
+2 bad arguments or an output that cannot be written; 3 a transcript, checkpoint or store key
+that does not exist; 4 ``merge`` of two diverged conversations without ``--prefer``; 5 input
+that is present but unusable (empty, binary, not JSON, truncated, an oversized line, no
+recognised format, no complete turn). ``resume`` exits with its command's code, 128+N if the
+command died of signal N, 126 if the command cannot be executed and 127 if it is not found.
+Notes about what was left out or repaired go to stderr as ``agent-checkpoint: note: ...``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -21,16 +21,18 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from ..backends import mask_url
+from ..model import Identity
 from ..transcripts import (
     FORMATS,
     Fork,
     Side,
     Transcript,
-    TranscriptError,
     Turn,
     checkpoint_to_turns,
     diff_turns,
@@ -41,7 +43,8 @@ from ..transcripts import (
     turns_to_checkpoint,
     write_turns,
 )
-from ._common import EXIT, CommandError, store_from
+from ._common import EXIT, CommandError, print_json, progress, store_from
+from .store_commands import add_json_option
 
 __all__ = ["INIT_ENV", "register"]
 
@@ -56,18 +59,15 @@ def note(line: str) -> None:
 
 
 @contextmanager
-def translated(*, usage_only: bool = False) -> Iterator[None]:
-    """Unreadable input files as ``CommandError`` (``EXIT["invalid"]``); transcript errors go on
-    to ``exit_code_for``. With ``usage_only`` (``diff``) both are ``EXIT["usage"]``."""
+def translated() -> Iterator[None]:
+    """Input files that cannot be read as ``CommandError``: missing (3) or unreadable (5), as
+    for every command; transcript errors go on to ``exit_code_for``."""
     try:
         yield
-    except TranscriptError as exc:
-        if not usage_only:
-            raise
-        raise CommandError(str(exc), EXIT["usage"]) from exc
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        code = EXIT["usage"] if usage_only else EXIT["invalid"]
+        missing = isinstance(exc, FileNotFoundError)
+        code = EXIT["not_found"] if missing else EXIT["invalid"]
         raise CommandError(f"{where}{exc.strerror or exc}", code) from exc
 
 
@@ -101,10 +101,16 @@ def register(sub: Any) -> None:
         "canonical turn JSONL (-o) or a run checkpoint in a store (--store).",
     )
     save.add_argument("transcript")
-    target = save.add_mutually_exclusive_group(required=True)
+    target = save.add_mutually_exclusive_group()
     target.add_argument("-o", "--output", metavar="OUT.jsonl", help="write turn JSONL here")
-    target.add_argument("--store", metavar="URL", help="put a run checkpoint in this store")
-    save.add_argument("--key", help="store key (default: the checkpoint's run id)")
+    target.add_argument(
+        "--store", metavar="URL", default=argparse.SUPPRESS, help="put a run checkpoint here"
+    )
+    save.add_argument(
+        "--key",
+        help="store key (default: the transcript's session id, else one derived from its path, "
+        "so saving it again updates the same record)",
+    )
     save.add_argument(
         "--subagent",
         metavar="ID",
@@ -113,6 +119,7 @@ def register(sub: Any) -> None:
     )
     _add_input_format(save)
     _add_on_dangling(save)
+    add_json_option(save)
     save.set_defaults(run=run_save)
 
     resume = sub.add_parser(
@@ -122,7 +129,9 @@ def register(sub: Any) -> None:
         "absolute path of a turn JSONL file, and exit with the command's exit code.",
     )
     resume.add_argument("checkpoint", metavar="CKPT", help="turn JSONL or transcript, or a KEY")
-    resume.add_argument("--store", metavar="URL", help="read CKPT as a key of this store")
+    resume.add_argument(
+        "--store", metavar="URL", default=argparse.SUPPRESS, help="read CKPT as a key of this store"
+    )
     _add_input_format(resume)
     _add_on_dangling(resume)
     resume.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
@@ -136,6 +145,9 @@ def register(sub: Any) -> None:
     diff.add_argument("a", metavar="A")
     diff.add_argument("b", metavar="B")
     diff.add_argument("-f", "--format", dest="output", choices=("text", "json"), default="text")
+    diff.add_argument(
+        "--json", dest="output", action="store_const", const="json", help="the same as -f json"
+    )
     _add_input_format(diff, "--input-format")
     diff.set_defaults(run=run_diff)
 
@@ -151,6 +163,7 @@ def register(sub: Any) -> None:
     merge.add_argument("--prefer", choices=("a", "b"), help="the branch to keep past a fork")
     _add_input_format(merge)
     _add_on_dangling(merge)
+    add_json_option(merge)
     merge.set_defaults(run=run_merge)
 
 
@@ -165,34 +178,76 @@ def _write(path: str, turns: Iterable[Turn]) -> int:
         raise CommandError(f"cannot write {path}: {exc.strerror or exc}", EXIT["usage"]) from exc
 
 
+def default_key(transcript: Transcript, subagent: str | None = None) -> str:
+    """The store key ``save`` uses unless given one: the transcript's own session id, else a
+    name from its file (stem and a hash of the absolute path), so saving the same transcript
+    again updates the same record; a sub-agent's conversation adds ``/<subagent id>``, so it
+    never overwrites the main one."""
+    session = transcript.session_id()
+    if not session:
+        where = hashlib.sha256(os.fsencode(transcript.path.resolve())).hexdigest()[:8]
+        session = f"{transcript.path.stem}-{where}"
+    return f"{session}/{subagent}" if subagent else session
+
+
+def _ticking(turns: Iterable[Turn], tick: Callable[[], None]) -> Iterator[Turn]:
+    for turn in turns:
+        yield turn
+        tick()
+
+
 def run_save(args: argparse.Namespace) -> int:
+    store_url: str = getattr(args, "store", None) or ""
+    if bool(args.output) == bool(store_url):
+        raise CommandError("save needs one of -o OUT.jsonl or --store URL (not both)")
     with translated():
         transcript = _open(args.transcript, args.input_format, args.subagent)
-        plan = plan_integrity(transcript, policy=args.on_dangling)
+        with progress("reading", None, unit="turn(s)"):
+            plan = plan_integrity(transcript, policy=args.on_dangling)
         for line in [*transcript.notes, *plan.report.lines()]:
             note(line)
-        if plan.report.turns_out == 0:
+        turns_out = plan.report.turns_out
+        if turns_out == 0:
             raise CommandError(
                 f"{args.transcript}: no complete turn to save (every turn follows a tool call "
                 "that has no result; --on-dangling synthesize keeps them)",
                 EXIT["invalid"],
             )
-        if args.output:
-            count = _write(args.output, plan.apply(transcript))
+        with progress("saving", turns_out, unit="turn(s)") as tick:
+            turns = _ticking(plan.apply(transcript), tick)
+            if args.output:
+                count = _write(args.output, turns)
+            else:
+                key = default_key(transcript, args.subagent)
+                checkpoint, report = turns_to_checkpoint(turns)
+                checkpoint = replace(checkpoint, identity=Identity(key))
+    if args.output:
+        if args.json:
+            print_json({"turns": count, "output": args.output})
+        else:
             print(f"Saved {count} turns to {args.output}")
-            return EXIT["ok"]
-        checkpoint, report = turns_to_checkpoint(plan.apply(transcript))
+        return EXIT["ok"]
     for line in report.lines():
         note(line)
-    store = store_from(args)
-    try:
+    with store_from(args, create=True) as store:
         summary = store.put(checkpoint, key=args.key)
-    finally:
-        store.close()
-    print(
-        f"Saved {plan.report.turns_out} turns ({len(checkpoint.history)} messages) to "
-        f"{args.store} as {summary.key} (revision {summary.revision})"
-    )
+    where = mask_url(store_url)
+    if args.json:
+        print_json(
+            {
+                "turns": turns_out,
+                "messages": len(checkpoint.history),
+                "store": where,
+                "key": summary.key,
+                "revision": summary.revision,
+                "size": summary.size,
+            }
+        )
+    else:
+        print(
+            f"Saved {turns_out} turns ({len(checkpoint.history)} messages) to {where} as "
+            f"{summary.key} (revision {summary.revision})"
+        )
     return EXIT["ok"]
 
 
@@ -221,15 +276,14 @@ def _temp_copy(turns: Iterable[Turn]) -> _Resumable:
 
 def _prepare(args: argparse.Namespace) -> _Resumable:
     """Check the checkpoint before anything runs; refuse what cannot be resumed."""
-    if args.store:
-        store = store_from(args)
-        try:
+    store_url = getattr(args, "store", None)
+    if store_url:
+        with store_from(args) as store:
             checkpoint = store.get(args.checkpoint)
-        finally:
-            store.close()
         if checkpoint is None:
             raise CommandError(
-                f"no checkpoint under key {args.checkpoint!r} in {args.store}", EXIT["not_found"]
+                f"no checkpoint under key {args.checkpoint!r} in {mask_url(store_url)}",
+                EXIT["not_found"],
             )
         if not checkpoint.history:
             raise CommandError(
@@ -301,12 +355,12 @@ def run_command(command: Sequence[str], env: dict[str, str]) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    with translated(usage_only=True):
+    with translated():
         a = _open(args.a, args.input_format)
         b = _open(args.b, args.input_format)
         result = diff_turns(a, b)
     if args.output == "json":
-        print(json.dumps(result.to_json(), ensure_ascii=False))
+        print(json.dumps(result.to_json(), ensure_ascii=False))  # one line, as the seed's
     else:
         for line in result.lines():
             print(line)
@@ -334,6 +388,9 @@ def run_merge(args: argparse.Namespace) -> int:
             note(line)
         _write(args.output, plan.apply(merged))
     from_a, from_b = fork.taken(args.prefer)
+    if args.json:
+        print_json({"fromA": from_a, "fromB": from_b, "output": args.output})
+        return EXIT["ok"]
     print(
         f"Merged {from_a} turns from {args.a} + {from_b} new turns from {args.b} into {args.output}"
     )

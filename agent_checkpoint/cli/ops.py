@@ -10,19 +10,15 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import orjson
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from ..backends import mask_url
 from ..claims import Claim
 from ..container import KEYS_ENV
 from ..maintenance import (
+    CopyReport,
     copy_records,
     count_records,
     migrate_records,
@@ -32,25 +28,24 @@ from ..maintenance import (
 from ..migrations import Migrations
 from ..model import RunCheckpoint
 from ..resume import ResumeSeed, resume_failed_runs
-from ._common import EXIT, CommandError, add_store_option, print_json, store_from
-from .store_commands import format_time, table_console
+from ._common import (
+    EXIT,
+    CommandError,
+    add_store_option,
+    format_time,
+    print_json,
+    progress,
+    store_from,
+)
+from ._table import Column, print_table
+from .store_commands import add_json_option
 
-
-@contextmanager
-def progress(description: str, total: int | None) -> Iterator[Any]:
-    """A progress bar on stderr (silent when stderr is not a terminal)."""
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,
-    ) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda n=1: bar.advance(task, n)
+CLAIM_COLUMNS = (
+    Column("KEY"),
+    Column("WORKER", shrink_to=8, drop=2),
+    Column("EXPIRES (UTC)", drop=3),
+    Column("IN", right=True, drop=1),
+)
 
 
 # -- claims ----------------------------------------------------------------------------------
@@ -66,14 +61,11 @@ def cmd_claims(args: argparse.Namespace) -> int:
     if not leases:
         print("no live claims")
         return EXIT["ok"]
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for name in ("KEY", "WORKER", "EXPIRES (UTC)", "IN"):
-        table.add_column(name)
-    for c in leases:
-        table.add_row(
-            c.key, c.worker, format_time(c.expires_at), f"{(c.expires_at - now) / 1000:.0f}s"
-        )
-    table_console().print(table)
+    rows = [
+        [c.key, c.worker, format_time(c.expires_at), f"{(c.expires_at - now) / 1000:.0f}s"]
+        for c in leases
+    ]
+    print_table(CLAIM_COLUMNS, rows)
     return EXIT["ok"]
 
 
@@ -81,18 +73,59 @@ def cmd_claims(args: argparse.Namespace) -> int:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
+    report = CopyReport()
     with (
         store_from(args) as source,
-        store_from(args, args.to) as target,
+        store_from(args, args.to, create=True) as target,
         progress("copying", count_records(source)) as tick,
     ):
-        report = copy_records(source, target, overwrite=args.overwrite, on_record=tick)
-    print(
-        f"Copied {report.copied} record(s) to {mask_url(args.to)}; {report.already_there} "
-        "already there; "
-        "all verified"
-    )
-    return EXIT["ok"]
+        copy_records(
+            source,
+            target,
+            overwrite=args.overwrite,
+            include_unreadable=args.include_unreadable,
+            on_record=tick,
+            report=report,
+        )
+    to = mask_url(args.to)
+    if args.json:
+        print_json(
+            {
+                "copied": report.copied,
+                "alreadyThere": report.already_there,
+                "conflicts": report.conflicts,
+                "unreadable": report.unreadable,
+                "unreadableCopied": args.include_unreadable,
+                "unchecked": report.unchecked,
+            }
+        )
+    else:
+        for key in report.unreadable:
+            done = "copied as it is" if args.include_unreadable else "not copied"
+            print(f"unreadable: {key!r} ({done})", file=sys.stderr)
+        for key in report.conflicts:
+            print(
+                f"left as it is: {key!r} holds other content in {to} (--overwrite replaces it)",
+                file=sys.stderr,
+            )
+        print(_copy_summary(report, to, args.include_unreadable))
+    if report.conflicts:
+        return EXIT["conflict"]
+    return EXIT["invalid"] if report.unreadable and not args.include_unreadable else EXIT["ok"]
+
+
+def _copy_summary(report: CopyReport, to: str, include_unreadable: bool) -> str:
+    parts = [f"Copied {report.copied} record(s) to {to}", f"{report.already_there} already there"]
+    if report.conflicts:
+        parts.append(f"{len(report.conflicts)} left as they are (other content in the target)")
+    if report.unreadable:
+        done = "copied as they are" if include_unreadable else "not copied"
+        parts.append(f"{len(report.unreadable)} unreadable ({done})")
+    if report.unchecked:
+        parts.append(f"{report.unchecked} encrypted under a key not given (copied unchecked)")
+    the = "the rest" if report.unreadable or report.unchecked else "all"
+    parts.append(f"{the} decoded and verified")
+    return "; ".join(parts)
 
 
 # -- migrate ---------------------------------------------------------------------------------
@@ -116,6 +149,10 @@ def _report_failures(failed: list[tuple[str, str]]) -> None:
         print(f"{key!r}: {why}", file=sys.stderr)
 
 
+def _failures_json(failed: list[tuple[str, str]]) -> list[dict[str, str]]:
+    return [{"key": key, "error": why} for key, why in failed]
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     migrations = load_migrations(args.migrations)
     with store_from(args) as store:
@@ -123,12 +160,24 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             store.codec.migrations = migrations
         with progress("migrating", count_records(store)) as tick:
             report = migrate_records(store, dry_run=args.dry_run, on_record=tick)
-    _report_failures(report.failed)
-    verb = "would upgrade" if args.dry_run else "upgraded"
-    print(
-        f"{verb} {report.upgraded} record(s); {report.current} already at version "
-        f"{store.codec.migrations.current}; {len(report.failed)} failed"
-    )
+    version = store.codec.migrations.current
+    if args.json:
+        print_json(
+            {
+                "dryRun": args.dry_run,
+                "upgraded": report.upgraded,
+                "current": report.current,
+                "version": version,
+                "failed": _failures_json(report.failed),
+            }
+        )
+    else:
+        _report_failures(report.failed)
+        verb = "would upgrade" if args.dry_run else "upgraded"
+        print(
+            f"{verb} {report.upgraded} record(s); {report.current} already at version "
+            f"{version}; {len(report.failed)} failed"
+        )
     return EXIT["ok"] if not report.failed else EXIT["invalid"]
 
 
@@ -143,11 +192,20 @@ def cmd_rekey(args: argparse.Namespace) -> int:
             )
         with progress("re-encrypting", count_records(store)) as tick:
             report = rekey_records(store, on_record=tick)
-    _report_failures(report.failed)
-    print(
-        f"re-encrypted {report.rewritten} record(s); {report.current} already under the primary "
-        f"key; {len(report.failed)} failed"
-    )
+    if args.json:
+        print_json(
+            {
+                "rewritten": report.rewritten,
+                "current": report.current,
+                "failed": _failures_json(report.failed),
+            }
+        )
+    else:
+        _report_failures(report.failed)
+        print(
+            f"re-encrypted {report.rewritten} record(s); {report.current} already under the "
+            f"primary key; {len(report.failed)} failed"
+        )
     return EXIT["ok"] if not report.failed else EXIT["invalid"]
 
 
@@ -236,17 +294,28 @@ def cmd_resume_worker(args: argparse.Namespace) -> int:
             phase=args.phase,
             limit=args.limit,
         )
-    for key in report.resumed:
-        print(f"resumed {key}")
-    for key, why in report.failed:
-        print(f"failed {key}: {why}", file=sys.stderr)
-    print(f"{len(report.resumed)} resumed, {len(report.failed)} failed, {report.skipped} skipped")
+    if args.json:
+        print_json(
+            {
+                "resumed": report.resumed,
+                "failed": _failures_json(report.failed),
+                "skipped": report.skipped,
+            }
+        )
+    else:
+        for key in report.resumed:
+            print(f"resumed {key}")
+        for key, why in report.failed:
+            print(f"failed {key}: {why}", file=sys.stderr)
+        print(
+            f"{len(report.resumed)} resumed, {len(report.failed)} failed, {report.skipped} skipped"
+        )
     return EXIT["ok"] if not report.failed else EXIT["backend"]
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("claims", help="list live claims on runs")
-    p.add_argument("--json", action="store_true")
+    add_json_option(p, "the claims")
     add_store_option(p)
     p.set_defaults(run=cmd_claims)
 
@@ -255,22 +324,31 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--overwrite", action="store_true", help="replace differing records in the target"
     )
+    p.add_argument(
+        "--include-unreadable",
+        action="store_true",
+        help="copy records that do not decode as they are (by default they are reported and "
+        "left behind)",
+    )
+    add_json_option(p, "the report")
     add_store_option(p)
     p.set_defaults(run=cmd_copy)
 
     p = sub.add_parser("migrate", help="rewrite records stored in an older version (resumable)")
     p.add_argument("--dry-run", action="store_true", help="count what would be upgraded")
     p.add_argument("--migrations", metavar="MODULE:ATTR", help="a Migrations object to use")
+    add_json_option(p, "the report")
     add_store_option(p)
     p.set_defaults(run=cmd_migrate)
 
     p = sub.add_parser("rekey", help="re-encrypt every record under the primary key")
+    add_json_option(p, "the report")
     add_store_option(p)
     p.set_defaults(run=cmd_rekey)
 
     p = sub.add_parser("verify", help="decode every record and check the index")
     p.add_argument("--repair", action="store_true", help="rebuild the index if it disagrees")
-    p.add_argument("--json", action="store_true")
+    add_json_option(p, "the report")
     add_store_option(p)
     p.set_defaults(run=cmd_verify)
 
@@ -291,6 +369,7 @@ def register(sub: Any) -> None:
     p.add_argument("--agent", help="only runs recorded by this agent id")
     p.add_argument("--phase", choices=["iteration", "tool", "llm", "unknown"])
     p.add_argument("--limit", type=int, help="stop after resuming N runs")
+    add_json_option(p, "the report")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     add_store_option(p)
     p.set_defaults(run=cmd_resume_worker)

@@ -6,19 +6,41 @@ import argparse
 import re
 import sys
 from datetime import datetime, timezone
-from pathlib import Path
+from decimal import Decimal
 from typing import Any
 
 import orjson
-from rich.console import Console
-from rich.table import Table
 
 from ..backends.base import Summary
 from ..model import now_ms
-from ._common import EXIT, CommandError, add_store_option, print_json, store_from
+from ._common import (
+    EXIT,
+    CommandError,
+    add_store_option,
+    format_size,
+    format_time,
+    print_json,
+    progress,
+    read_input,
+    store_from,
+)
+from ._table import Column, print_table
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+
+SUMMARY_COLUMNS = (
+    Column("KEY"),
+    Column("SAVED (UTC)", drop=1),
+    Column("OWNER", shrink_to=8, drop=3),
+    Column("AGENT", shrink_to=8, drop=4),
+    Column("FAILED", drop=2),
+    Column("MSGS", right=True, drop=8),
+    Column("SIZE", right=True, drop=7),
+    Column("REV", right=True, drop=6),
+)
+"""``ls`` as the terminal narrows: messages, size and revision go first, then owner and
+agent are shortened and left out, then the failure and the time; the key never."""
 
 
 def parse_duration_ms(text: str) -> int:
@@ -26,7 +48,7 @@ def parse_duration_ms(text: str) -> int:
     found = _DURATION.match(text)
     if not found:
         raise CommandError(f"invalid duration {text!r}: use a number and s, m, h, d or w (e.g. 7d)")
-    return int(float(found.group(1)) * _UNIT_MS[found.group(2)])
+    return int(Decimal(found.group(1)) * _UNIT_MS[found.group(2)])
 
 
 def parse_moment_ms(text: str) -> int:
@@ -44,18 +66,6 @@ def parse_moment_ms(text: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return int(moment.timestamp() * 1000)
-
-
-def format_time(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def format_size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)  # pragma: no cover
 
 
 def summary_json(s: Summary) -> dict[str, Any]:
@@ -84,78 +94,60 @@ def _failure(s: Summary) -> str:
     )
 
 
-def summaries_table(summaries: list[Summary]) -> Table:
-    table = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
-    for name, justify in (
-        ("KEY", "left"),
-        ("SAVED (UTC)", "left"),
-        ("OWNER", "left"),
-        ("AGENT", "left"),
-        ("FAILED", "left"),
-        ("MSGS", "right"),
-        ("SIZE", "right"),
-        ("REV", "right"),
-    ):
-        table.add_column(
-            name,
-            justify=justify,  # type: ignore[arg-type]
-            overflow="fold" if name == "KEY" else "ellipsis",
-            no_wrap=name != "KEY",
-            min_width=12 if name == "KEY" else None,
-            max_width=24 if name in ("OWNER", "AGENT") else None,
-        )
-    for s in summaries:
-        table.add_row(
-            s.key,
-            format_time(s.saved_at)[:16],
-            s.owner or "-",
-            s.agent_id or "-",
-            _failure(s),
-            str(s.message_count),
-            format_size(s.size),
-            str(s.revision),
-        )
-    return table
+def summary_row(s: Summary) -> list[str]:
+    return [
+        s.key,
+        format_time(s.saved_at)[:16],
+        s.owner or "-",
+        s.agent_id or "-",
+        _failure(s),
+        str(s.message_count),
+        format_size(s.size),
+        str(s.revision),
+    ]
 
 
-def table_console() -> Console:
-    """A console for tables: the terminal's width, or unbounded when piped (no truncation)."""
-    return Console() if sys.stdout.isatty() else Console(width=100_000)
+def print_summaries(summaries: list[Summary], width: int | None = None) -> None:
+    print_table(SUMMARY_COLUMNS, [summary_row(s) for s in summaries], width)
 
 
-def _read_input(path: str) -> Any:
-    try:
-        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except OSError as exc:
-        raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise CommandError(f"{path} is not JSON: {exc}", EXIT["invalid"]) from exc
+def add_json_option(parser: argparse.ArgumentParser, what: str = "the result") -> None:
+    parser.add_argument("--json", action="store_true", help=f"{what} as JSON, for scripts")
 
 
 # -- commands ------------------------------------------------------------------------------
 
 
 def cmd_put(args: argparse.Namespace) -> int:
-    doc = _read_input(args.file)
+    raw = read_input(args.file)
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise CommandError(f"{args.file} is not JSON: {exc}", EXIT["invalid"]) from exc
     if not isinstance(doc, dict):
         raise CommandError(
             f"{args.file} holds JSON but not a checkpoint or envelope object", EXIT["invalid"]
         )
-    with store_from(args) as store:
+    with store_from(args, create=True) as store:
         summary = store.put(
             doc, key=args.key, if_revision=args.if_revision, create_only=args.create_only
         )
-    print(f"Stored {summary.key} (revision {summary.revision}, {format_size(summary.size)})")
+    if args.json:
+        print_json(summary_json(summary))
+    else:
+        print(f"Stored {summary.key} (revision {summary.revision}, {format_size(summary.size)})")
     return EXIT["ok"]
+
+
+def _missing(key: str) -> CommandError:
+    return CommandError(f"no checkpoint stored under {key!r}", EXIT["not_found"])
 
 
 def cmd_get(args: argparse.Namespace) -> int:
     with store_from(args) as store:
         doc = store.get_json(args.key)
     if doc is None:
-        raise CommandError(f"no checkpoint stored under {args.key!r}", EXIT["not_found"])
+        raise _missing(args.key)
     print_json(doc if args.envelope else doc["data"])
     return EXIT["ok"]
 
@@ -164,22 +156,19 @@ def cmd_show(args: argparse.Namespace) -> int:
     with store_from(args) as store:
         record = store.get_record(args.key)
         if record is None:
-            raise CommandError(f"no checkpoint stored under {args.key!r}", EXIT["not_found"])
+            raise _missing(args.key)
         envelope = store.codec.decode(record.body, args.key)
     if args.json:
         print_json({"summary": summary_json(record.summary), "envelope": envelope.to_json()})
         return EXIT["ok"]
     s, ckpt = record.summary, envelope.conversation
-    console = Console()
-    console.print(
-        f"[bold]{s.key}[/bold]  revision {s.revision}, {format_size(s.size)}, {envelope.format}"
-    )
+    print(f"{s.key}  revision {s.revision}, {format_size(s.size)}, {envelope.format}")
     rows = [
         ("run", s.run_id),
         ("saved", f"{format_time(s.saved_at)} UTC"),
         ("owner", s.owner or "-"),
         ("agent", s.agent_id or "-"),
-        ("input", ckpt.original_input.message),
+        ("input", " ".join(ckpt.original_input.message.split())),
         ("iteration", str(ckpt.last_completed_iteration)),
     ]
     fp = ckpt.failure_point
@@ -188,10 +177,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         rows.append(("failed", f"{fp.phase} at iteration {fp.iteration}{stage}"))
     rows.append(("messages", f"{len(ckpt.history)} ({s.message_count} with text)"))
     for name, value in rows:
-        console.print(f"  {name:<10} {value}", markup=False, highlight=False)
+        print(f"  {name:<10} {value}")
     tail = ckpt.history[-args.messages :] if args.messages > 0 else ()
     if tail:
-        console.print(f"  last {len(tail)} message(s):", highlight=False)
+        print(f"  last {len(tail)} message(s):")
     for m in tail:
         text = m.content if m.content else ""
         if m.tool_calls:
@@ -203,11 +192,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         if m.tool_call_id:
             text = f"[{m.tool_name or 'tool'} {m.tool_call_id}] {text}"
         text = " ".join(text.split())
-        console.print(
-            f"    {m.role:>9}: {text[:200]}{'…' if len(text) > 200 else ''}",
-            markup=False,
-            highlight=False,
-        )
+        print(f"    {m.role:>9}: {text[:200]}{'…' if len(text) > 200 else ''}")
     return EXIT["ok"]
 
 
@@ -229,52 +214,67 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"items": [summary_json(s) for s in items], "cursor": cursor})
         return EXIT["ok"]
-    console = table_console()
     if not items:
-        console.print("no checkpoints", highlight=False)
+        print("no checkpoints")
     else:
-        console.print(summaries_table(items))
+        print_summaries(items)
     if cursor is not None:
         print(f"more: --cursor '{cursor}'", file=sys.stderr)
     return EXIT["ok"]
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    missing = []
+    deleted, missing = [], []
     with store_from(args) as store:
         for key in args.keys:
             if store.delete(key, if_revision=args.if_revision):
-                print(f"Deleted {key}")
+                deleted.append(key)
+                if not args.json:
+                    print(f"Deleted {key}")
             else:
                 missing.append(key)
+    if args.json:
+        print_json({"deleted": deleted, "missing": missing})
     if missing:
-        raise CommandError(f"not found: {', '.join(missing)}", EXIT["not_found"])
+        raise CommandError(f"not found: {', '.join(map(repr, missing))}", EXIT["not_found"])
     return EXIT["ok"]
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
     cutoff = now_ms() - parse_duration_ms(args.older_than)
     with store_from(args) as store:
+        victims = store.iter_summaries(before=cutoff)
         if args.dry_run:
-            victims = list(store.iter_summaries(before=cutoff))
-            for s in victims:
+            listed = list(victims)
+            if args.json:
+                print_json({"wouldDelete": [summary_json(s) for s in listed]})
+                return EXIT["ok"]
+            for s in listed:
                 print(f"would delete {s.key} (saved {format_time(s.saved_at)} UTC)")
-            print(f"{len(victims)} checkpoint(s) older than {args.older_than} would be deleted")
+            print(f"{len(listed)} checkpoint(s) older than {args.older_than} would be deleted")
             return EXIT["ok"]
         total = 0
-        while True:
-            result = store.forget_older_than(cutoff, limit=args.batch)
-            total += result.forgotten
-            if not result.more:
-                break
-    print(f"Deleted {total} checkpoint(s) older than {args.older_than}")
+        with progress("deleting", sum(1 for _ in victims)) as tick:
+            while True:
+                result = store.forget_older_than(cutoff, limit=args.batch)
+                total += result.forgotten
+                tick(result.forgotten)
+                if not result.more:
+                    break
+    if args.json:
+        print_json({"deleted": total})
+    else:
+        print(f"Deleted {total} checkpoint(s) older than {args.older_than}")
     return EXIT["ok"]
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
-    with store_from(args) as store:
+    with store_from(args, create=True) as store:
         store.setup()
-    print("Store is set up")
+    if args.json:
+        print_json({"setUp": True})
+    else:
+        print("Store is set up")
     return EXIT["ok"]
 
 
@@ -284,6 +284,7 @@ def register(sub: Any) -> None:
     p.add_argument("--key", help="store key (default: identity.conversationId, else runId)")
     p.add_argument("--if-revision", type=int, metavar="N", help="write only over revision N")
     p.add_argument("--create-only", action="store_true", help="refuse if the key exists")
+    add_json_option(p, "the stored summary")
     add_store_option(p)
     p.set_defaults(run=cmd_put)
 
@@ -298,7 +299,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--messages", type=int, default=5, metavar="N", help="last N messages (default 5)"
     )
-    p.add_argument("--json", action="store_true", help="the summary and the whole record as JSON")
+    add_json_option(p, "the summary and the whole record")
     add_store_option(p)
     p.set_defaults(run=cmd_show)
 
@@ -316,23 +317,26 @@ def register(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
     p.add_argument("--cursor", help="continue after a previous page")
     p.add_argument("--all", action="store_true", help="every page")
-    p.add_argument("--json", action="store_true", help="JSON for scripts")
+    add_json_option(p, "the page")
     add_store_option(p)
     p.set_defaults(run=cmd_ls)
 
     p = sub.add_parser("rm", help="delete stored checkpoints")
     p.add_argument("keys", nargs="+", metavar="KEY")
     p.add_argument("--if-revision", type=int, metavar="N", help="delete only at revision N")
+    add_json_option(p, "the keys deleted and missing")
     add_store_option(p)
     p.set_defaults(run=cmd_rm)
 
     p = sub.add_parser("prune", help="delete checkpoints older than an age")
     p.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 7d, 12h, 2w")
     p.add_argument("--dry-run", action="store_true", help="list what would be deleted")
-    p.add_argument("--batch", type=int, default=1000, help=argparse.SUPPRESS)
+    p.add_argument("--batch", type=int, default=100, help=argparse.SUPPRESS)
+    add_json_option(p, "what was (or would be) deleted")
     add_store_option(p)
     p.set_defaults(run=cmd_prune)
 
-    p = sub.add_parser("setup", help="create the tables or indexes a store needs (idempotent)")
+    p = sub.add_parser("setup", help="create the store, or the tables it needs (idempotent)")
+    add_json_option(p)
     add_store_option(p)
     p.set_defaults(run=cmd_setup)
