@@ -179,9 +179,9 @@ def ensure_bucket(client: Any, bucket: str = BUCKET) -> None:
 
 
 def purge_redis(client: Any, prefix: str) -> int:
-    """Delete the keys of one store prefix and of its namespaces (``{prefix:leases}``...)."""
+    """Delete the keys of one store prefix and of its namespaces (``{prefix}#leases:``...)."""
     removed = 0
-    for pattern in ("{" + prefix + "}*", "{" + prefix + ":*"):
+    for pattern in ("{" + prefix + "}*",):  # namespaces too: ``{P}#leases:...``
         batch: list[bytes] = []
         for key in client.scan_iter(match=pattern, count=1000):
             batch.append(key)

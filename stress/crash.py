@@ -70,6 +70,8 @@ KILL_WITHIN = 8
 """The kill comes after a uniform random delay of up to this many puts' time (adapted to the
 backend's measured put latency), so it lands anywhere inside a put."""
 FIRST_DELAY = {"disk": 0.08, "redis": 0.04, "postgres": 0.05, "s3": 0.3}
+FIRST = -1
+"""Stands for "a new key's first revision": any positive number."""
 
 
 # -- what each version of each key holds -----------------------------------------------------
@@ -432,9 +434,11 @@ class Campaign:
             base: tuple[int, int] | None = (acked.version, acked.revision)
         else:
             base = before
+        # a live key's revision moves by exactly one per write; a new key's first revision is
+        # any positive number (Redis and PostgreSQL number new keys past a store-wide high-water)
         allowed: dict[int | None, int] = {None if base is None else base[0]: base[1] if base else 0}
         if pending is not None:
-            allowed[pending.version] = (base[1] if base else 0) + 1
+            allowed[pending.version] = base[1] + 1 if base else FIRST
         where = f"trial {trial}: {key}"
         record = store.get_record(key)
         if record is None:
@@ -463,7 +467,7 @@ class Campaign:
                 tally.violation("torn", f"{where} holds version {version}, never written")
         else:
             revision = record.summary.revision
-            if revision != allowed[version]:
+            if revision != allowed[version] and not (allowed[version] == FIRST and revision >= 1):
                 tally.violation(
                     "duplicated",
                     f"{where} version {version} is at revision {revision}, "

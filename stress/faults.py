@@ -82,7 +82,7 @@ EPISODES = ("latency", "blackhole", "refuse", "reset", "cut", "outage", "restart
 THREADS = 4
 CAS_KEYS = 2
 CAS_LIMIT = 150
-"""A shared compare-and-swap key moves to a new generation at this revision (bounded reads)."""
+"""A shared compare-and-swap key moves to a new generation at this many messages (bounded reads)."""
 PUT_OPERATIONS = frozenset({"put", "save", "append", "load", "head", "open", "connect"})
 READ_OPERATIONS = frozenset({"load", "head", "scan", "open", "connect"})
 
@@ -470,16 +470,16 @@ class Load:
         except Exception as exc:
             self._error(exc, f"read {key}", READ_OPERATIONS)
             return
-        if record is not None and record.summary.revision >= CAS_LIMIT:
-            with self._lock:
-                if key == f"c{j}.{self._cas_generation}":
-                    self._cas_generation += 1
-            return
         history: list[tuple[str, str]] = []
         if current is not None:
             conversation = current.conversation
             assert conversation is not None
             history = [(m.role, m.content) for m in conversation.history]
+        if len(history) >= CAS_LIMIT:
+            with self._lock:
+                if key == f"c{j}.{self._cas_generation}":
+                    self._cas_generation += 1
+            return
         revision = record.summary.revision if record is not None else 0
         ckpt = _checkpoint(key, [*history, ("user", message)], f"{key}-r{revision + 1}")
         try:
@@ -498,7 +498,8 @@ class Load:
             out.cas_failed.append((key, message))
             self._error(exc, f"cas {key}", PUT_OPERATIONS)
             return
-        if summary.revision != revision + 1:
+        # a live key moves by exactly one per write; a new key starts at any positive revision
+        if summary.revision != revision + 1 if record is not None else summary.revision < 1:
             with self._lock:
                 self.tally.violation(
                     "duplicated",
@@ -598,9 +599,11 @@ def judge(store: Store, load: Load, tally: Tally) -> None:
         if history is None:
             continue
         writer = int(record.summary.run_id.rpartition("-t")[2])
-        if record.summary.revision != 1:
+        if won and record.summary.revision != won[0][1]:  # written again after its create
             tally.violation(
-                "duplicated", f"{key}: a create-only key at revision {record.summary.revision}"
+                "duplicated",
+                f"{key}: a create-only key at revision {record.summary.revision}, "
+                f"created at {won[0][1]}",
             )
         if won and writer != won[0][0]:
             tally.violation(
@@ -635,10 +638,17 @@ def judge(store: Store, load: Load, tally: Tally) -> None:
         if history is None:
             continue
         messages = [text for _, text in history]
-        if len(messages) != record.summary.revision:
+        # the key's first revision: where its first message was acknowledged, else what its
+        # message count implies (a new key starts at any positive revision, then +1 per write)
+        first = next(
+            (rev for rev, message in acked_at[key].items() if message == messages[0]),
+            record.summary.revision - len(messages) + 1,
+        )
+        if len(messages) != record.summary.revision - first + 1 or first < 1:
             tally.violation(
                 "duplicated",
-                f"{key}: {len(messages)} messages at revision {record.summary.revision}",
+                f"{key}: {len(messages)} messages at revision {record.summary.revision}, "
+                f"the first at {first}",
             )
         counts = Counter(messages)
         for message, count in counts.items():
@@ -651,7 +661,8 @@ def judge(store: Store, load: Load, tally: Tally) -> None:
                     "wrongly_accepted", f"{key}: {message} was refused (ConflictError) yet stored"
                 )
         for revision, message in acked_at[key].items():
-            if revision > len(messages) or messages[revision - 1] != message:
+            at = revision - first
+            if not 0 <= at < len(messages) or messages[at] != message:
                 tally.violation("lost", f"{key}: {message} acknowledged at revision {revision}")
 
     # the listing from the index agrees with every record read above
