@@ -8,6 +8,13 @@ import pytest
 from support.services import IN_CI, service_missing
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Start the long tests (marked ``slow``) first: with the parallel workers ``scripts/test``
+    runs, they then overlap the many short ones instead of running alone at the end. The sort
+    is stable and the same in every worker, as pytest-xdist requires."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A SeaweedFS S3 server for the whole session (moto only as a local fallback)."""

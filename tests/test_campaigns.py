@@ -40,6 +40,7 @@ from stress.common import ServiceUnavailable, Tally, print_table
 pytestmark = [
     pytest.mark.filterwarnings("ignore::agent_checkpoint.backends.redis.VolatileRedisWarning"),
     pytest.mark.timeout(600),
+    pytest.mark.slow,
 ]
 
 ALL = ["disk", "redis", "postgres", "s3"]

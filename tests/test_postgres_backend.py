@@ -20,7 +20,7 @@ import pytest
 from psycopg import sql
 from psycopg.errors import UndefinedTable
 from psycopg_pool import ConnectionPool
-from support.postgres_server import free_port, unique_schema, with_query
+from support.postgres_server import unique_schema, with_query
 from support.services import POSTGRES_URL, service_missing
 
 from agent_checkpoint import Store, open_store
