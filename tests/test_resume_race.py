@@ -153,7 +153,7 @@ def test_a_dead_workers_runs_are_taken_after_its_lease_expires(
     logdir = tmp_path / "logs"
     logdir.mkdir()
     # The lease must outlive the "early" worker's whole pass, even on a busy machine.
-    doomed = start_worker(store_url, "doomed", logdir, "--ttl", "15", "--hang-on-first")
+    doomed = start_worker(store_url, "doomed", logdir, "--ttl", "40", "--hang-on-first")
     claimed = logdir / "doomed.claimed"
     deadline = time.monotonic() + 60
     while not claimed.exists():

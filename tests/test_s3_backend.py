@@ -25,6 +25,7 @@ from support.seaweed import (
     REGION,
     SECRET_KEY,
     S3Server,
+    ensure_bucket,
     purge,
 )
 
@@ -53,7 +54,7 @@ BUCKET = "agent-checkpoint-tests"
 @pytest.fixture(scope="session")
 def client(s3_server: S3Server) -> Any:
     made = s3_server.client()
-    made.create_bucket(Bucket=BUCKET)
+    ensure_bucket(made, BUCKET)
     yield made
     made.close()
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
-from support.seaweed import S3Server, purge
+from support.seaweed import S3Server, ensure_bucket, purge
 
 from agent_checkpoint import Store
 from agent_checkpoint.appender import Appender, Encoded, Tail
@@ -31,7 +31,7 @@ BUCKET = "agent-checkpoint-segments"
 @pytest.fixture(scope="module")
 def client(s3_server: S3Server) -> Iterator[Any]:
     made = s3_server.client()
-    made.create_bucket(Bucket=BUCKET)
+    ensure_bucket(made, BUCKET)
     yield made
     made.close()
 

@@ -172,6 +172,17 @@ def start_s3_server(workdir: Path, *, in_ci: bool) -> S3Server:
         return start_moto()
 
 
+def ensure_bucket(client: Any, bucket: str) -> None:
+    """Create ``bucket`` unless it is there (the xdist workers share one server)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        client.create_bucket(Bucket=bucket)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+            raise
+
+
 def purge(client: Any, bucket: str, prefix: str) -> None:
     """Delete every object under ``prefix`` (a test's namespace)."""
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
