@@ -316,7 +316,6 @@ _CREDENTIALS = (
         ),
         "an access token",
     ),
-    (re.compile(r"bearer|passw|secret|token|api[-_]?key", re.IGNORECASE), "a credential"),
     (re.compile(r":[A-Za-z0-9]*[0-9][A-Za-z0-9]*(?=:|$)"), "a name:password pair"),
     (re.compile(r"[0-9A-Fa-f]{16,}"), "a hex token"),
     (re.compile(r"[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}"), "a UUID"),

@@ -165,6 +165,11 @@ STAGES = [  # (stage, accepted): refused values could carry a URL, a credential 
     ("translate_v3", True),
     ("sha256_file", True),
     ("key-value-store", True),
+    ("count_tokens", True),  # tool names may name what they handle: only values look secret
+    ("reset_password", True),
+    ("rotate_api_key", True),
+    ("get_secret", True),
+    ("refresh_bearer_token", True),
     ("https://api.example.com/v1", False),
     ("sk-ant-api03-abcdefghijklmnop", False),
     ("Bearer abc", False),
