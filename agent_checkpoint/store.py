@@ -260,10 +260,10 @@ class Store:
         if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
             raise InvalidKeyError(f"limit must be between 1 and {MAX_PAGE}, got {limit!r}")
         query = Query(
-            owner=owner,
-            agent_id=agent_id,
+            owner=_filter("owner", owner),
+            agent_id=_filter("agent_id", agent_id),
             failed=failed,
-            phase=phase,
+            phase=_filter("phase", phase),
             saved_before=None if before is None else to_epoch_ms(before, "before"),
             saved_since=None if since is None else to_epoch_ms(since, "since"),
             after=None if cursor is None else decode_cursor(cursor),
@@ -342,6 +342,21 @@ class Store:
             with attempt:
                 return fn()
         raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
+
+
+def _filter(name: str, value: str | None) -> str | None:
+    """A listing filter every backend can send: a string with no NUL and no lone surrogate
+    (no stored record holds either: the writer refuses them), else ``InvalidKeyError``."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidKeyError(f"the {name} filter must be a string, got {type(value).__name__}")
+    if "\x00" in value or any(0xD800 <= ord(ch) <= 0xDFFF for ch in value):
+        raise InvalidKeyError(
+            f"the {name} filter {value!r} holds a NUL or a lone surrogate; no stored record "
+            "holds either, and not every backend can send them"
+        )
+    return value
 
 
 def default_key(envelope: Mapping[str, Any]) -> str:

@@ -334,6 +334,16 @@ class _StoreContract:
         assert keys(before=30) == ["2", "1"]
         assert keys(since=20, before=40) == ["3", "2"]
 
+    @pytest.mark.parametrize("value", ["\udc80", "al\ud800", "al\x00"])
+    @pytest.mark.parametrize("name", ["owner", "agent_id", "phase"])
+    def test_a_filter_no_record_can_hold_is_refused_naming_it(
+        self, store: Store, name: str, value: str
+    ) -> None:
+        store.put(checkpoint("1", principal="al", agent="billing", failed="llm"), key="1")
+        with pytest.raises(InvalidKeyError, match=f"the {name} filter"):
+            store.list(**{name: value})  # type: ignore[arg-type]
+        assert [s.key for s in store.list()] == ["1"]
+
     def test_list_rejects_a_malformed_cursor_and_limit(self, store: Store) -> None:
         with pytest.raises(InvalidKeyError):
             store.list(cursor="not-a-cursor")
