@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING
 import orjson
 
 from .backends.base import Backend, Namespaced, Query, Record, Summary
-from .errors import ConflictError, LeaseError, NotFoundError, UnsupportedOperationError
+from .errors import (
+    ClaimedError,
+    ConflictError,
+    LeaseError,
+    NotFoundError,
+    UnsupportedOperationError,
+)
 
 if TYPE_CHECKING:
     from .model import RunCheckpoint
@@ -31,12 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["Claim", "ClaimedError", "LeaseInfo", "leases_of"]
 
 LEASES = "leases"
-
-
-class ClaimedError(ConflictError):
-    """Another worker holds a live claim on the run."""
-
-    code = "ERR_CLAIMED"
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,13 @@ from typing import Any, Literal
 
 import orjson
 
-from .errors import CheckpointError, MissingDependencyError, UnreadableEnvelopeError
+from .errors import (
+    CheckpointError,
+    DecryptionError,
+    InvalidArgumentError,
+    MissingDependencyError,
+    UnreadableEnvelopeError,
+)
 
 __all__ = [
     "MAGIC",
@@ -45,13 +51,6 @@ MAX_PLAIN_BYTES = 256 * 1024 * 1024
 _INFLATE_CHUNK = 1 << 20
 
 
-class DecryptionError(UnreadableEnvelopeError):
-    """An encrypted record this store cannot open: its key id is unknown, or it fails
-    authentication (wrong key, tampered bytes, or bytes moved from another record)."""
-
-    code = "ERR_DECRYPTION"
-
-
 @dataclass(frozen=True)
 class Keyring:
     """AES-256 keys by id. New records use ``primary``; any listed key opens old records, so
@@ -62,10 +61,10 @@ class Keyring:
 
     def __post_init__(self) -> None:
         if self.primary not in self.keys:
-            raise ValueError(f"primary key id {self.primary!r} is not in the keyring")
+            raise InvalidArgumentError(f"primary key id {self.primary!r} is not in the keyring")
         for kid, key in self.keys.items():
             if not kid or not isinstance(key, bytes) or len(key) != 32:
-                raise ValueError(f"key {kid!r} must be 32 bytes (AES-256)")
+                raise InvalidArgumentError(f"key {kid!r} must be 32 bytes (AES-256)")
 
     @staticmethod
     def generate_key() -> bytes:
@@ -84,13 +83,13 @@ def keyring_from_env(value: str | None = None) -> Keyring | None:
         kid, sep, encoded = item.strip().partition(":")
         if not sep or not kid:
             # never quote the entry: without its id, it is key material
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{KEYS_ENV} entry {len(order) + 1} is not id:base64key (its id is missing)"
             )
         try:
             keys[kid] = base64.b64decode(encoded, validate=True)
         except ValueError:
-            raise ValueError(f"{KEYS_ENV}: key {kid!r} is not valid base64") from None
+            raise InvalidArgumentError(f"{KEYS_ENV}: key {kid!r} is not valid base64") from None
         order.append(kid)
     return Keyring(keys, order[0])
 

@@ -9,6 +9,9 @@
     │   ├── WrongEnvelopeKindError                        a paused run read as a conversation, or back
     │   ├── InvalidPausedRunError                         a `flowchart-v1` payload missing its parts
     │   └── UnreadableEnvelopeError                       present but unreadable; never "absent"
+    │       └── DecryptionError                           encrypted under a key not given, or tampered
+    ├── InvalidArgumentError    (ValueError, TypeError)   an argument the library cannot use
+    ├── RunCheckpointError                                a run failed; carries its last good checkpoint
     ├── UnsafeStageError                    (ValueError)  a failurePoint.stage that could leak a secret
     ├── MigrationError                      (ValueError)  a migration step that misbehaved
     ├── ConversationMismatchError                         agent ids differ (ERR_CONVERSATION_MISMATCH)
@@ -24,6 +27,7 @@
         │   └── StoreNotFoundError                        no store there (a missing folder, setup() not run)
         ├── ConflictError                                 a lost compare-and-swap or create-only race
         │   ├── OwnershipConflictError                    another principal owns the key (spec §6)
+        │   ├── ClaimedError                              another worker holds a live claim on the run
         │   └── LeaseError                                a write under a lease that is no longer held
         ├── RecordTooLargeError             (ValueError)
         ├── UnsupportedOperationError                     the backend cannot do this natively
@@ -46,11 +50,14 @@ __all__ = [
     "BackendError",
     "BackendUnavailableError",
     "CheckpointError",
+    "ClaimedError",
     "ConflictError",
     "ConversationMismatchError",
+    "DecryptionError",
     "DivergedError",
     "EmptyTranscriptError",
     "EnvelopeError",
+    "InvalidArgumentError",
     "InvalidCheckpointError",
     "InvalidKeyError",
     "InvalidPausedRunError",
@@ -62,6 +69,7 @@ __all__ = [
     "NotReplicatedError",
     "OwnershipConflictError",
     "RecordTooLargeError",
+    "RunCheckpointError",
     "StoreClosedError",
     "StoreError",
     "StoreNotFoundError",
@@ -81,6 +89,27 @@ class CheckpointError(Exception):
     """Root of every error this library raises."""
 
     code = "ERR_CHECKPOINT"
+
+
+class InvalidArgumentError(CheckpointError, ValueError, TypeError):
+    """An argument the library cannot use: a naive datetime, a non-positive ttl, a keyring key
+    of the wrong size, an unknown transcript format, a put of something that is no checkpoint.
+    Also a ``ValueError`` and a ``TypeError``, what such mistakes raised before."""
+
+    code = "ERR_INVALID_ARGUMENT"
+
+
+class RunCheckpointError(CheckpointError):
+    """A run failed; ``checkpoint`` is its last good state and ``__cause__`` the failure."""
+
+    code = "ERR_RUN_CHECKPOINT"
+
+    def __init__(self, cause: BaseException, checkpoint: Any) -> None:
+        from .resume.failure import describe_failure  # the message needs the model
+
+        super().__init__(describe_failure(cause, checkpoint))
+        self.checkpoint = checkpoint
+        self.__cause__ = cause
 
 
 class InvalidCheckpointError(CheckpointError, TypeError):
@@ -123,6 +152,13 @@ class UnreadableEnvelopeError(EnvelopeError):
         super().__init__(message)
         self.session_id = session_id
         self.stored_preview = stored_preview
+
+
+class DecryptionError(UnreadableEnvelopeError):
+    """An encrypted record this store cannot open: its key id is unknown, or it fails
+    authentication (wrong key, tampered bytes, or bytes moved from another record)."""
+
+    code = "ERR_DECRYPTION"
 
 
 class MigrationError(CheckpointError, ValueError):
@@ -217,6 +253,12 @@ class OwnershipConflictError(ConflictError):
     """A different principal tried to write a key another principal owns. Nothing changed."""
 
     code = "ERR_SESSION_OWNERSHIP_CONFLICT"
+
+
+class ClaimedError(ConflictError):
+    """Another worker holds a live claim on the run."""
+
+    code = "ERR_CLAIMED"
 
 
 class LeaseError(ConflictError):

@@ -21,7 +21,7 @@ from .claims import Claim, LeaseInfo, live_leases
 from .codec import Codec
 from .container import Compression, Keyring, Sealer
 from .envelope import PAUSED_RUN, Envelope, conversation_of, to_envelope, validate_envelope
-from .errors import ConflictError, InvalidKeyError
+from .errors import ConflictError, InvalidArgumentError, InvalidKeyError
 from .migrations import DEFAULT as DEFAULT_MIGRATIONS
 from .migrations import Migrations
 from .model import Json, RunCheckpoint, now_ms
@@ -108,7 +108,9 @@ class Store:
             return item
         if isinstance(item, Mapping):
             return {"format": "conversation-v1", "data": dict(item), "savedAt": self._clock()}
-        raise TypeError(f"put takes a RunCheckpoint, an Envelope or a JSON object, not {item!r}")
+        raise InvalidArgumentError(
+            f"put takes a RunCheckpoint, an Envelope or a JSON object, not {item!r}"
+        )
 
     def put(
         self,
@@ -324,7 +326,7 @@ class Store:
         if not isinstance(worker, str) or not worker:
             raise InvalidKeyError("a claim needs a non-empty worker name")
         if ttl <= 0:
-            raise ValueError(f"ttl must be positive, got {ttl!r}")
+            raise InvalidArgumentError(f"ttl must be positive, got {ttl!r}")
         return Claim.acquire(self, check_key(key), worker, int(ttl * 1000))
 
     def claims(self, *, limit: int = 1000) -> builtins.list[LeaseInfo]:

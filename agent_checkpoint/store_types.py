@@ -20,7 +20,7 @@ from tenacity import (
 )
 
 from .backends.base import Summary
-from .errors import BackendUnavailableError, InvalidKeyError
+from .errors import BackendUnavailableError, InvalidArgumentError, InvalidKeyError
 
 __all__ = [
     "MAX_KEY_LENGTH",
@@ -112,7 +112,7 @@ def to_epoch_ms(moment: datetime | int | float, what: str = "time") -> int:
     ``±MOMENT_LIMIT_MS``, so every backend answers the same."""
     if isinstance(moment, datetime):
         if moment.tzinfo is None:
-            raise ValueError("a naive datetime is ambiguous; give one with a timezone")
+            raise InvalidArgumentError("a naive datetime is ambiguous; give one with a timezone")
         return int(moment.timestamp() * 1000)
     if isinstance(moment, float) and not math.isfinite(moment):
         raise InvalidKeyError(f"{what} {moment!r} is not a number of milliseconds")

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import InvalidKeyError, MissingDependencyError
+from ..errors import InvalidArgumentError, InvalidKeyError, MissingDependencyError
 from .base import Backend, Query, Record, Summary, plan_save, resolve_owner, translate_errors
 
 __all__ = [
@@ -76,7 +76,9 @@ def register_backend(
     """Map ``scheme`` to ``module:Class``; an existing scheme needs ``replace=True``."""
     scheme = scheme.lower()
     if scheme in _REGISTRY and not replace:
-        raise ValueError(f"scheme {scheme!r} is already registered to {_REGISTRY[scheme].target}")
+        raise InvalidArgumentError(
+            f"scheme {scheme!r} is already registered to {_REGISTRY[scheme].target}"
+        )
     _REGISTRY[scheme] = BackendEntry(target, extra)
 
 

@@ -49,6 +49,7 @@ from redis.exceptions import NoScriptError
 
 from ..errors import (
     ConflictError,
+    InvalidArgumentError,
     InvalidKeyError,
     NotReplicatedError,
     OwnershipConflictError,
@@ -112,19 +113,23 @@ class RedisBackend(Closable):
                 "(it becomes the {hash tag} of every key of the store)"
             )
         if ttl is not None and ttl <= 0:
-            raise ValueError(f"ttl must be a positive number of seconds, got {ttl!r}")
+            raise InvalidArgumentError(f"ttl must be a positive number of seconds, got {ttl!r}")
         if (
             isinstance(wait_replicas, bool)
             or not isinstance(wait_replicas, int)
             or wait_replicas < 0
         ):
-            raise ValueError(f"wait_replicas must be a whole number >= 0, got {wait_replicas!r}")
+            raise InvalidArgumentError(
+                f"wait_replicas must be a whole number >= 0, got {wait_replicas!r}"
+            )
         if not wait_timeout > 0:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"wait_timeout must be a positive number of seconds, got {wait_timeout!r}"
             )
         if client.get_encoder().decode_responses:
-            raise ValueError("the redis client must not decode responses: bodies are bytes")
+            raise InvalidArgumentError(
+                "the redis client must not decode responses: bodies are bytes"
+            )
         self._client = client
         self._owns = owns_client
         self.prefix = prefix

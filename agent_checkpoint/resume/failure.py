@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import CheckpointError, UnsafeStageError
+from ..errors import RunCheckpointError, UnsafeStageError
 from ..model import FailurePoint, Phase, RunCheckpoint
 from ..writable import LLM_STAGE, check_stage
 
@@ -24,6 +24,7 @@ __all__ = [
     "can_resume",
     "check_stage",
     "classify_error",
+    "describe_failure",
     "failure_point",
 ]
 
@@ -133,29 +134,24 @@ _WHERE = {
 }
 
 
-class RunCheckpointError(CheckpointError):
-    """A run failed; ``checkpoint`` is its last good state and ``__cause__`` the failure."""
-
-    code = "ERR_RUN_CHECKPOINT"
-
-    def __init__(self, cause: BaseException, checkpoint: RunCheckpoint) -> None:
-        fp = checkpoint.failure_point
-        if fp is None:
-            where = "(phase unknown — nothing was open when it threw)"
-            at: Any = "?"
-        else:
-            where = _WHERE.get(fp.phase, _WHERE["unknown"])
-            if fp.stage:
-                where += f" (stage: {fp.stage})"
-            at = fp.iteration
-        advice = (
-            "Pass to agent.resumeOnError(checkpoint) to continue."
-            if can_resume(cause)
-            else "Resuming would fail the same way: fix the cause first."
-        )
-        super().__init__(
-            f"[agent run] failed at iteration {at} {where}. Last-good checkpoint captured at "
-            f"iteration {checkpoint.last_completed_iteration}. {advice} Underlying error: {cause}"
-        )
-        self.checkpoint = checkpoint
-        self.__cause__ = cause
+def describe_failure(cause: BaseException, checkpoint: RunCheckpoint) -> str:
+    """The message of ``RunCheckpointError``: where the run failed, and whether resuming can
+    help (the runtime's wording)."""
+    fp = checkpoint.failure_point
+    if fp is None:
+        where = "(phase unknown — nothing was open when it threw)"
+        at: Any = "?"
+    else:
+        where = _WHERE.get(fp.phase, _WHERE["unknown"])
+        if fp.stage:
+            where += f" (stage: {fp.stage})"
+        at = fp.iteration
+    advice = (
+        "Pass to agent.resumeOnError(checkpoint) to continue."
+        if can_resume(cause)
+        else "Resuming would fail the same way: fix the cause first."
+    )
+    return (
+        f"[agent run] failed at iteration {at} {where}. Last-good checkpoint captured at "
+        f"iteration {checkpoint.last_completed_iteration}. {advice} Underlying error: {cause}"
+    )

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import ConversationMismatchError
+from ..errors import ConversationMismatchError, InvalidArgumentError
 from ..model import (
     AgentRef,
     EvidenceRecovery,
@@ -158,7 +158,7 @@ def continue_from(
     becomes the stored one plus one; folded spans and the findings ledger are carried.
     """
     if not isinstance(message, str):
-        raise TypeError(f"message must be a string, not {type(message).__name__}")
+        raise InvalidArgumentError(f"message must be a string, not {type(message).__name__}")
     ckpt = _as_checkpoint(checkpoint)
     assert_continuable(ckpt, agent_id, "Agent.run({ continueFrom })")
     return ResumeSeed(

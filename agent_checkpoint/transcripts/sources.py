@@ -13,12 +13,17 @@ from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 
+from ..errors import InvalidArgumentError
 from ..model import Json
 from .anthropic import turns_from_messages as anthropic_turns
 from .claude_code import ClaudeCodeLog
 from .codex import read_rollout
 from .detect import FORMATS, WRAPPER_KEYS, Detected, Format, detect
-from .errors import EmptyTranscriptError, MalformedTranscriptError, UnrecognizedFormatError
+from .errors import (
+    EmptyTranscriptError,
+    MalformedTranscriptError,
+    UnrecognizedFormatError,
+)
 from .jsonio import MAX_RECORD_BYTES, JsonDocument, JsonLines, Tolerance
 from .openai_chat import turns_from_messages as chat_turns
 from .openai_responses import turns_from_items
@@ -165,7 +170,9 @@ def open_transcript(
     Errors in later records surface while iterating.
     """
     if format is not None and format not in FORMATS:
-        raise ValueError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
+        raise InvalidArgumentError(
+            f"unknown format {format!r}; expected one of {', '.join(FORMATS)}"
+        )
     source = Path(path)
     detected = detect(source, max_record_bytes=max_record_bytes, forced=format)
     if subagent is not None and detected.format != "claude-code":
