@@ -261,11 +261,14 @@ class Store:
         """Summaries newest first (ties by key), filtered, one page at a time."""
         if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
             raise InvalidKeyError(f"limit must be between 1 and {MAX_PAGE}, got {limit!r}")
+        filters = {"owner": owner, "agent_id": agent_id, "phase": phase}
+        if not all(_holdable(name, value) for name, value in filters.items()):
+            return Page([], None)  # no stored record can match
         query = Query(
-            owner=_filter("owner", owner),
-            agent_id=_filter("agent_id", agent_id),
+            owner=owner,
+            agent_id=agent_id,
             failed=failed,
-            phase=_filter("phase", phase),
+            phase=phase,
             saved_before=None if before is None else to_epoch_ms(before, "before"),
             saved_since=None if since is None else to_epoch_ms(since, "since"),
             after=None if cursor is None else decode_cursor(cursor),
@@ -346,19 +349,15 @@ class Store:
         raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
 
 
-def _filter(name: str, value: str | None) -> str | None:
-    """A listing filter every backend can send: a string with no NUL and no lone surrogate
-    (no stored record holds either: the writer refuses them), else ``InvalidKeyError``."""
+def _holdable(name: str, value: str | None) -> bool:
+    """Whether a stored record can hold ``value`` in the field a listing filter ``name``
+    compares: none holds a NUL or a lone surrogate (the writer refuses them, and not every
+    backend can even send them), so such a filter matches nothing, without a backend call."""
     if value is None:
-        return None
+        return True
     if not isinstance(value, str):
         raise InvalidKeyError(f"the {name} filter must be a string, got {type(value).__name__}")
-    if "\x00" in value or any(0xD800 <= ord(ch) <= 0xDFFF for ch in value):
-        raise InvalidKeyError(
-            f"the {name} filter {value!r} holds a NUL or a lone surrogate; no stored record "
-            "holds either, and not every backend can send them"
-        )
-    return value
+    return "\x00" not in value and not any(0xD800 <= ord(ch) <= 0xDFFF for ch in value)
 
 
 def default_key(envelope: Mapping[str, Any]) -> str:
