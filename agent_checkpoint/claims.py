@@ -211,7 +211,11 @@ class Claim:
 
 
 def live_leases(store: Store, limit: int = 1000) -> list[LeaseInfo]:
-    """Claims not yet expired, soonest expiry last."""
+    """Claims not yet expired, soonest expiry last. A store that never had a claim is not
+    changed by asking (no leases folder or table is made)."""
+    exists = getattr(store.backend, "namespace_exists", None)
+    if callable(exists) and not store.call(lambda: exists(LEASES)):
+        return []
     leases = leases_of(store.backend)
     now = store.now()
     found = store.call(lambda: leases.scan(Query(saved_since=now + 1, limit=limit)))

@@ -359,3 +359,18 @@ def test_a_store_inside_another_stores_folder_is_refused(tmp_path: Path) -> None
             with pytest.raises(InvalidKeyError, match="inside the disk store"):
                 open_store(str(tmp_path / inside))
         assert store.get("r") is not None
+
+
+def test_listing_claims_of_a_store_that_never_had_one_leaves_the_folder_as_it_was(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "s"
+    with open_store(str(root)) as store:
+        store.put(checkpoint("r", failed="llm"), key="r")
+        before = sorted(p.name for p in root.iterdir())
+        assert store.claims() == []
+        assert sorted(p.name for p in root.iterdir()) == before
+        store.claim("r", "w1", ttl=30)
+        assert [c.worker for c in store.claims()] == ["w1"]
+    with open_store(str(root)) as again:  # a new store object finds the claim
+        assert [c.worker for c in again.claims()] == ["w1"]

@@ -175,7 +175,11 @@ def closed_error(backend: str, operation: str = "") -> StoreClosedError:
 class Namespaced(Protocol):
     """Optional: an isolated sibling backend on the same connection, for the Store's own
     bookkeeping (claims live in ``namespace("leases")``). Its records never appear in this
-    backend's listing, and ``name`` must be a short identifier (letters, digits, ``_``)."""
+    backend's listing, and ``name`` must be a short identifier (letters, digits, ``_``).
+
+    A backend whose ``namespace()`` creates storage (a folder, a table) may also offer
+    ``namespace_exists(name) -> bool``, so that reads of a namespace never opened find nothing
+    without creating it."""
 
     def namespace(self, name: str) -> Backend: ...
 

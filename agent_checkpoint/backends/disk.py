@@ -392,6 +392,11 @@ class DiskBackend(Closable):
                 )
             return sibling
 
+    def namespace_exists(self, name: str) -> bool:
+        """Whether ``namespace(name)`` has made its folder (opening it does), without making
+        it: a read such as ``Store.claims()`` then leaves the store folder as it was."""
+        return name in self._siblings or (self.root / f"_{name}").is_dir()
+
     def close(self) -> None:
         self._closed = True
         for sibling in list(self._siblings.values()):

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import psycopg
+from psycopg import sql
 from psycopg.errors import TransactionRollback, UndefinedColumn, UndefinedTable
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
@@ -328,6 +329,16 @@ class PostgresBackend(Closable):
                 sibling.setup()
                 self._siblings[name] = sibling
             return sibling
+
+    def namespace_exists(self, name: str) -> bool:
+        """Whether ``namespace(name)`` has made its table (opening it does), without making
+        it: a read such as ``Store.claims()`` then needs no CREATE privilege."""
+        if name in self._siblings:
+            return True
+        table = sql.Identifier(self.schema, _namespace_table(self.table, name)).as_string(None)
+        with self._connection("scan") as conn:
+            row = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+        return row is not None and row[0] is not None
 
     def close(self) -> None:
         if not self._closed and self._owns_pool:
