@@ -262,8 +262,7 @@ class Store:
         if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
             raise InvalidKeyError(f"limit must be between 1 and {MAX_PAGE}, got {limit!r}")
         filters = {"owner": owner, "agent_id": agent_id, "phase": phase}
-        if not all(_holdable(name, value) for name, value in filters.items()):
-            return Page([], None)  # no stored record can match
+        holdable = all(_holdable(name, value) for name, value in filters.items())
         query = Query(
             owner=owner,
             agent_id=agent_id,
@@ -274,7 +273,9 @@ class Store:
             after=None if cursor is None else decode_cursor(cursor),
             limit=limit + 1,
         )
-        found = self.call(lambda: self.backend.scan(query))
+        # a filter no stored record can hold matches nothing: no backend call (the other
+        # arguments are still checked above, and a closed store still refuses)
+        found = self.call(lambda: self.backend.scan(query) if holdable else [])
         items = found[:limit]
         return Page(items, encode_cursor(items[-1]) if len(found) > limit else None)
 

@@ -346,6 +346,8 @@ class _StoreContract:
         assert list(store.iter_summaries(**{name: value})) == []  # type: ignore[arg-type]
         with pytest.raises(InvalidKeyError, match=f"the {name} filter must be a string"):
             store.list(**{name: 7})  # type: ignore[arg-type]
+        with pytest.raises(InvalidKeyError):  # the other arguments are still checked
+            store.list(cursor="not-a-cursor", **{name: value})  # type: ignore[arg-type]
         assert [s.key for s in store.list()] == ["1"]
 
     def test_list_rejects_a_malformed_cursor_and_limit(self, store: Store) -> None:
