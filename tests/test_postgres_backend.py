@@ -628,6 +628,19 @@ def test_a_connection_retrying_cannot_fix_fails_at_once_naming_why(
     assert store.backend.pool.get_stats()["connections_num"] <= 2  # type: ignore[attr-defined]
 
 
+def store_as_before(admin: Admin, schema: str, store: Store, *, revision: int) -> None:
+    """Key ``old`` as a previous library stored it: the whole record in ``body``, no segments."""
+    old = stamped(checkpoint("old", text="before the upgrade"), 1000)
+    body, _ = store.codec.encode(old, "old")
+    admin.execute(
+        sql.SQL(
+            "INSERT INTO {} (key, run_id, saved_at, message_count, size, revision, body) "
+            "VALUES ('old', 'old', 1000, 2, %s, %s, %s)"
+        ).format(sql.Identifier(schema, "agent_checkpoints")),
+        (len(body), revision, body),
+    )
+
+
 def test_setup_upgrades_a_store_made_by_the_previous_ledger(
     admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -637,15 +650,7 @@ def test_setup_upgrades_a_store_made_by_the_previous_ledger(
             m.setattr(postgres, "MIGRATIONS", previous)
             store.setup()
         assert ledger(admin, schema) == [(version, name) for version, name, _ in previous]
-        old = stamped(checkpoint("old", text="before the upgrade"), 1000)
-        body, _ = store.codec.encode(old, "old")
-        admin.execute(  # a record as the previous library stored it
-            sql.SQL(
-                "INSERT INTO {} (key, run_id, saved_at, message_count, size, revision, body) "
-                "VALUES ('old', 'old', 1000, 2, %s, 1, %s)"
-            ).format(sql.Identifier(schema, "agent_checkpoints")),
-            (len(body), body),
-        )
+        store_as_before(admin, schema, store, revision=1)
         with pytest.raises(StoreNotFoundError, match=r"predates .* store\.setup\(\)"):
             store.get("old")
         store.setup()
@@ -665,15 +670,7 @@ def test_a_store_made_before_the_revision_sequence_upgrades_and_never_repeats_a_
         with monkeypatch.context() as m:
             m.setattr(postgres, "MIGRATIONS", MIGRATIONS[:6])
             store.setup()
-        old = stamped(checkpoint("old", text="before the upgrade"), 1000)
-        body, _ = store.codec.encode(old, "old")
-        admin.execute(  # a record as the previous library stored it, at revision 41
-            sql.SQL(
-                "INSERT INTO {} (key, run_id, saved_at, message_count, size, revision, body) "
-                "VALUES ('old', 'old', 1000, 2, %s, 41, %s)"
-            ).format(sql.Identifier(schema, "agent_checkpoints")),
-            (len(body), body),
-        )
+        store_as_before(admin, schema, store, revision=41)
         with pytest.raises(StoreNotFoundError, match=r"predates .* store\.setup\(\)"):
             store.put(checkpoint("new"), key="new")
         store.setup()
