@@ -15,8 +15,10 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
+from ._segments import Segmented
 from .backends import open_backend
-from .backends.base import Backend, Query, Record, Summary, closed_error
+from .backends.base import Backend, Namespaced, Query, Record, Summary, closed_error
+from .backends.segments import Appending
 from .claims import Claim, LeaseInfo, live_leases
 from .codec import Codec
 from .container import Compression, Keyring, Sealer
@@ -84,7 +86,14 @@ class Store:
         self.retry = retry or RetryPolicy()
         self._clock = clock
         self._closed = False
-        self._writer = Writer(backend, self.call, max_record_bytes)
+        # what every read and write goes through: the backend itself where it stores
+        # growing histories its own way, else the store-side segment layer over it
+        self._records: Backend = (
+            Segmented(backend)
+            if isinstance(backend, Namespaced) and not isinstance(backend, Appending)
+            else backend
+        )
+        self._writer = Writer(self._records, self.call, max_record_bytes)
         self._appender = self._writer.appender
 
     @property
@@ -175,7 +184,7 @@ class Store:
 
     def get_record(self, key: str) -> Record | None:
         """The stored bytes and summary, undecoded."""
-        return self.call(lambda: self.backend.load(check_key(key)))
+        return self.call(lambda: self._records.load(check_key(key)))
 
     def get_envelope(self, key: str) -> Envelope | None:
         record = self.get_record(key)
@@ -192,7 +201,7 @@ class Store:
         return None if envelope is None else conversation_of(envelope)
 
     def head(self, key: str) -> Summary | None:
-        return self.call(lambda: self.backend.head(check_key(key)))
+        return self.call(lambda: self._records.head(check_key(key)))
 
     def owner(self, key: str) -> str | None:
         """The key's owner; ``None`` for a missing or unowned key."""
@@ -214,10 +223,10 @@ class Store:
             nonlocal attempts
             attempts += 1
             try:
-                dropped = self.backend.drop(key, expect_revision=if_revision)
+                dropped = self._records.drop(key, expect_revision=if_revision)
             except ConflictError:
                 # An earlier attempt may have deleted it before its reply was lost.
-                if attempts > 1 and self.backend.head(key) is None:
+                if attempts > 1 and self._records.head(key) is None:
                     return True
                 raise
             return dropped or attempts > 1
@@ -228,7 +237,7 @@ class Store:
         """Delete records saved strictly before ``cutoff``, oldest first, at most ``limit``."""
         before = to_epoch_ms(cutoff, "cutoff")
         victims = self.call(
-            lambda: self.backend.scan(
+            lambda: self._records.scan(
                 Query(saved_before=before, oldest_first=True, limit=limit + 1)
             )
         )
@@ -242,7 +251,7 @@ class Store:
         return Forgotten(forgotten, len(victims) > limit)
 
     def _drop(self, summary: Summary) -> bool:
-        return self.call(lambda: self.backend.drop(summary.key, expect_revision=summary.revision))
+        return self.call(lambda: self._records.drop(summary.key, expect_revision=summary.revision))
 
     # -- listing -------------------------------------------------------------------------
 
@@ -275,7 +284,7 @@ class Store:
         )
         # a filter no stored record can hold matches nothing: no backend call (the other
         # arguments are still checked above, and a closed store still refuses)
-        found = self.call(lambda: self.backend.scan(query) if holdable else [])
+        found = self.call(lambda: self._records.scan(query) if holdable else [])
         items = found[:limit]
         return Page(items, encode_cursor(items[-1]) if len(found) > limit else None)
 

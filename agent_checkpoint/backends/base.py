@@ -100,7 +100,10 @@ class Summary:
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """Stored bytes plus their summary. On ``save``, ``summary.revision`` is ignored."""
+    """Stored bytes plus their summary. On ``save``, ``summary.revision`` is ignored, and
+    ``summary.size`` is the size a reader gets back through the Store (which sets it; it
+    differs from ``len(body)`` for a record whose history is stored in pieces, ``_segments``);
+    0 stands for ``len(body)``."""
 
     summary: Summary
     body: bytes
@@ -244,7 +247,8 @@ def plan_save(
     owner = resolve_owner(key, current.owner if current else None, record.summary.owner)
     if revision is None:
         revision = current.revision + 1 if current is not None else 1
-    return replace(record.summary, owner=owner, revision=revision, size=len(record.body))
+    size = record.summary.size or len(record.body)
+    return replace(record.summary, owner=owner, revision=revision, size=size)
 
 
 def matches(summary: Summary, query: Query) -> bool:

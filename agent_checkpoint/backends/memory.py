@@ -1,5 +1,8 @@
 """The reference backend: records in a dict, two sorted indexes. Lives as long as the process.
 
+It has the five record operations and ``namespace``, nothing more: growing histories are
+stored in pieces by the Store's segment layer (``_segments.py``), as on any such backend.
+
 A counter of writes per backend (namespace) stays at or above every revision issued, so a
 key created (or created again after a delete) starts past every revision it ever had."""
 
@@ -13,16 +16,13 @@ from typing import Any
 
 from ..errors import ConflictError
 from .base import Closable, Query, Record, Summary, is_after, matches, plan_save
-from .segments import Split, assemble, merge, plan_append, plan_split
 
 
 class MemoryBackend(Closable):
     name = "memory"
-    max_segments = 1024
 
     def __init__(self) -> None:
         self._records: dict[str, Record] = {}
-        self._splits: dict[str, tuple[bytes, list[bytes], str]] = {}  # head, segments, digest
         self._newest: list[tuple[int, str]] = []  # (-saved_at, key)
         self._oldest: list[tuple[int, str]] = []  # (saved_at, key)
         self._lock = threading.Lock()
@@ -35,11 +35,7 @@ class MemoryBackend(Closable):
 
     def load(self, key: str) -> Record | None:
         with self._lock:
-            record = self._records.get(key)
-            split = self._splits.get(key)
-            if record is None or split is None:
-                return record
-            return Record(record.summary, assemble(split[0], split[1]))
+            return self._records.get(key)
 
     def head(self, key: str) -> Summary | None:
         record = self._records.get(key)
@@ -58,52 +54,7 @@ class MemoryBackend(Closable):
                 revision=self._next(current),
             )
             self._store(current, replace(record, summary=summary))
-            self._splits.pop(record.key, None)
             return summary
-
-    def save_split(
-        self,
-        record: Record,
-        split: Split,
-        *,
-        expect_revision: int | None = None,
-        create_only: bool = False,
-    ) -> Summary:
-        with self._lock:
-            current = self.head(record.key)
-            summary = plan_split(
-                current,
-                record,
-                expect_revision=expect_revision,
-                create_only=create_only,
-                revision=self._next(current),
-            )
-            self._store(current, Record(summary, b""))
-            self._splits[record.key] = (split.head, [split.segment], split.digest)
-            return summary
-
-    def append(
-        self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
-    ) -> Summary | None:
-        with self._lock:
-            current = self.head(summary.key)
-            stored = self._splits.get(summary.key)
-            if (
-                current is None
-                or stored is None
-                or current.revision != base_revision
-                or stored[2] != base_digest
-            ):
-                return None
-            planned = plan_append(
-                current, summary, base_revision=base_revision, revision=self._next(current)
-            )
-            self._store(current, Record(planned, b""))
-            segments = stored[1]
-            if len(segments) >= self.max_segments:
-                segments = [merge(segments)]
-            self._splits[summary.key] = (split.head, [*segments, split.segment], split.digest)
-            return planned
 
     def _next(self, current: Summary | None) -> int:
         """The next write's revision: one more than the live record's, else past everything."""
@@ -131,7 +82,6 @@ class MemoryBackend(Closable):
                 )
             self._unindex(current)
             del self._records[key]
-            self._splits.pop(key, None)
             return True
 
     def _unindex(self, summary: Summary) -> None:

@@ -1,0 +1,335 @@
+"""Growing histories on any backend: the store-side segment layer.
+
+A backend that offers only the five record operations and ``namespace`` still gets puts that
+cost O(new messages): the ``Store`` wraps it in ``Segmented``, which gives it the ``Appending``
+capability (``backends/segments.py``) built from records alone.
+
+A record whose history is stored in pieces is a *layout record*: its body starts with
+``MAGIC`` (a NUL byte: no JSON text or sealed container starts with one), then one line of
+manifest, then the envelope's head (the history array's contents cut out at ``GAP``), then the
+newest history content kept *inline*::
+
+    \\0ACS1\\n{"s":[["<id>",<size>],...],"d":"<digest>","h":<head length>}\\n<head><inline>
+
+Older history content lives in *pieces*: immutable records in the backend's ``segments``
+namespace under ``<key>#<id>``. The assembled bytes are the head with the pieces' contents and
+then the inline content joined into its gap, byte for byte what a full write stores.
+
+Writes: an append that keeps the inline content under ``inline_bytes`` rewrites only the layout
+record (one conditional write). Past it, the inline content (and, when the record would hold
+more than ``max_segments`` pieces, the newest run of pieces, ``merge_start``) is written first
+as a new piece, then the layout record is saved on the revision it extends: that save is the
+commit point. A lost condition changes nothing (the new piece is dropped again), a crash
+before the commit leaves a piece no record refers to (``collect_orphans`` finds it; young
+ones may belong to a write in flight, hence ``grace``), and pieces a commit replaced are
+dropped after it. A reader that finds a piece gone (replaced under it) reads again.
+
+Revisions never repeat over a key's life (the backend contract), so a layout record at the
+revision a writer committed is exactly what it wrote: the layer remembers the layout of the
+last records it committed and appends without reading first.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from .backends.base import Backend, Closable, Query, Record, Summary
+from .backends.segments import GAP, Split, merge, merge_start
+from .errors import BackendUnavailableError, ConflictError, UnreadableEnvelopeError
+from .model import now_ms
+
+__all__ = ["MAGIC", "PIECES", "Layout", "Segmented"]
+
+MAGIC = b"\x00ACS1\n"
+PIECES = "segments"
+"""The namespace that holds the pieces."""
+
+_READS = 8  # a reader racing writers that replace pieces reads the layout again this often
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A layout record's parts: ``pieces`` as ``(id, size)`` oldest first, ``head`` with one
+    ``GAP``, ``inline`` the newest history content, ``digest`` the chain over the history."""
+
+    pieces: tuple[tuple[str, int], ...]
+    head: bytes
+    inline: bytes
+    digest: str
+
+    def pack(self) -> bytes:
+        manifest = orjson.dumps(
+            {"s": [list(p) for p in self.pieces], "d": self.digest, "h": len(self.head)}
+        )
+        return b"".join((MAGIC, manifest, b"\n", self.head, self.inline))
+
+    @staticmethod
+    def unpack(body: bytes) -> Layout | None:
+        """The layout of ``body``; ``None`` for a plain record (or bytes that only start like
+        a layout record: the codec then reports them unreadable)."""
+        if not body.startswith(MAGIC):
+            return None
+        end = body.find(b"\n", len(MAGIC))
+        try:
+            manifest = orjson.loads(body[len(MAGIC) : end])
+            pieces = tuple((str(i), int(n)) for i, n in manifest["s"])
+            rest, cut = body[end + 1 :], int(manifest["h"])
+            digest = str(manifest["d"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return None
+        if end < 0 or not 0 <= cut <= len(rest) or rest[:cut].count(GAP) != 1:
+            return None
+        return Layout(pieces, rest[:cut], rest[cut:], digest)
+
+    def assemble(self, contents: Iterable[bytes]) -> bytes:
+        before, _, after = self.head.partition(GAP)
+        return before + merge([*contents, self.inline]) + after
+
+
+class Segmented(Closable):
+    """A backend with ``Appending`` made of the five record operations of ``inner`` and its
+    ``segments`` namespace (see the module docstring). Everything else passes through."""
+
+    def __init__(
+        self, inner: Any, *, inline_bytes: int = 16 * 1024, max_segments: int = 16
+    ) -> None:
+        self.inner: Backend = inner
+        self.name = inner.name
+        self.inline_bytes = inline_bytes
+        self.max_segments = max_segments
+        self._pieces: Backend | None = None
+        self._known: OrderedDict[str, tuple[int, Layout]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # -- the five operations -----------------------------------------------------------
+
+    def load(self, key: str) -> Record | None:
+        for _ in range(_READS):
+            record = self.inner.load(key)
+            layout = None if record is None else Layout.unpack(record.body)
+            if record is None or layout is None:
+                return record
+            contents = [self._piece(key, piece) for piece, _ in layout.pieces]
+            if all(c is not None for c in contents):
+                body = layout.assemble(c for c in contents if c is not None)
+                return Record(replace(record.summary, size=len(body)), body)
+            again = self.inner.head(key)
+            if again is not None and again.revision == record.summary.revision:
+                missing = [p for (p, _), c in zip(layout.pieces, contents, strict=True) if not c]
+                raise UnreadableEnvelopeError(
+                    f"record {key!r} (revision {again.revision}) refers to history segments "
+                    f"that are gone from the {self.name} store: {', '.join(missing)}",
+                    session_id=key,
+                    stored_preview="",
+                )
+        raise BackendUnavailableError(
+            f"{self.name} load of {key!r}: the record kept changing while it was read",
+            backend=self.name,
+            operation="load",
+        )
+
+    def head(self, key: str) -> Summary | None:
+        return self.inner.head(key)
+
+    def scan(self, query: Query) -> list[Summary]:
+        return self.inner.scan(query)
+
+    def save(
+        self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
+    ) -> Summary:
+        """A whole record, not in pieces; the pieces of the layout it replaces are dropped."""
+        old = None if create_only else self._layout(record.key)
+        summary = self.inner.save(record, expect_revision=expect_revision, create_only=create_only)
+        self._forget(record.key)
+        self._drop_pieces(record.key, old.pieces if old else ())
+        return summary
+
+    def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
+        old = self._layout(key)
+        dropped = self.inner.drop(key, expect_revision=expect_revision)
+        self._forget(key)
+        self._drop_pieces(key, old.pieces if old else ())
+        return dropped
+
+    def namespace(self, name: str) -> Backend:
+        return self.inner.namespace(name)  # type: ignore[attr-defined, no-any-return]
+
+    def close(self) -> None:
+        self.inner.close()
+
+    @property
+    def closed(self) -> bool:
+        return getattr(self.inner, "closed", False) is True
+
+    # -- Appending -----------------------------------------------------------------------
+
+    def save_split(
+        self,
+        record: Record,
+        split: Split,
+        *,
+        expect_revision: int | None = None,
+        create_only: bool = False,
+    ) -> Summary:
+        old = None if create_only else self._layout(record.key, revision=expect_revision)
+        layout = Layout((), split.head, split.segment, split.digest)
+        return self._commit(record, layout, old, expect_revision, create_only)
+
+    def append(
+        self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
+    ) -> Summary | None:
+        key = summary.key
+        base = self._layout(key, revision=base_revision)
+        if base is None or base.digest != base_digest:
+            return None
+        inline = merge([base.inline, split.segment])
+        layout = Layout(base.pieces, split.head, inline, split.digest)
+        try:
+            return self._commit(Record(summary, b""), layout, base, base_revision, False)
+        except ConflictError as exc:
+            if type(exc) is not ConflictError:
+                raise  # ownership: the caller's full write reports it
+            return None
+
+    def _commit(
+        self,
+        record: Record,
+        layout: Layout,
+        old: Layout | None,
+        expect_revision: int | None,
+        create_only: bool,
+    ) -> Summary:
+        """Write ``layout``'s new piece (if its inline content outgrew ``inline_bytes``), then
+        the layout record on ``expect_revision``; drop the pieces it replaced."""
+        key = record.key
+        written: str | None = None
+        if len(layout.inline) > self.inline_bytes:
+            layout, written = self._spill(key, layout)
+        body = layout.pack()
+        try:
+            summary = self.inner.save(
+                Record(record.summary, body),
+                expect_revision=expect_revision,
+                create_only=create_only,
+            )
+        except ConflictError:
+            self._forget(key)
+            if written is not None:  # refused: nothing refers to the new piece
+                self._drop_pieces(key, ((written, 0),))
+            raise
+        except BaseException:
+            self._forget(key)  # the save may have landed: its piece must stay
+            raise
+        self._remember(key, summary.revision, layout)
+        kept = {piece for piece, _ in layout.pieces}
+        self._drop_pieces(key, [p for p in (old.pieces if old else ()) if p[0] not in kept])
+        return summary
+
+    def _spill(self, key: str, layout: Layout) -> tuple[Layout, str]:
+        """``layout`` with its inline content moved into a new piece, merged with the newest
+        run of pieces when the record would otherwise hold more than ``max_segments``."""
+        pieces = layout.pieces
+        start = len(pieces)
+        if start + 1 > self.max_segments:
+            start = merge_start([size for _, size in pieces], self.max_segments)
+        merged = []
+        for piece, _ in pieces[start:]:
+            content = self._piece(key, piece)
+            if content is None:
+                raise ConflictError(f"record {key!r} changed while it was written", key=key)
+            merged.append(content)
+        content = merge([*merged, layout.inline])
+        piece = os.urandom(8).hex()
+        self._pieces_backend().save(
+            Record(_piece_summary(f"{key}#{piece}", key, len(content)), content),
+            create_only=True,
+        )
+        return Layout(
+            (*pieces[:start], (piece, len(content))), layout.head, b"", layout.digest
+        ), piece
+
+    # -- pieces --------------------------------------------------------------------------
+
+    def _pieces_backend(self) -> Backend:
+        if self._pieces is None:
+            self._pieces = self.inner.namespace(PIECES)  # type: ignore[attr-defined]
+        return self._pieces
+
+    def _piece(self, key: str, piece: str) -> bytes | None:
+        record = self._pieces_backend().load(f"{key}#{piece}")
+        return None if record is None else record.body
+
+    def _drop_pieces(self, key: str, pieces: Iterable[tuple[str, int]]) -> None:
+        """Drop pieces no record refers to any longer; one that stays (a fault) is an orphan
+        for ``collect_orphans``, never a reason to fail a write that landed."""
+        for piece, _ in pieces:
+            try:
+                self._pieces_backend().drop(f"{key}#{piece}")
+            except Exception:
+                return
+
+    def collect_orphans(self, *, delete: bool = False, grace: float = 300.0) -> int:
+        """Pieces older than ``grace`` seconds that no layout record refers to; with
+        ``delete``, dropped (each on the revision seen, so nothing newer goes)."""
+        pieces = self._pieces_backend()
+        cutoff = now_ms() - int(grace * 1000)
+        found, after = 0, None
+        referenced: dict[str, set[str]] = {}
+        while True:
+            page = pieces.scan(
+                Query(saved_before=cutoff, after=after, limit=500, oldest_first=True)
+            )
+            for summary in page:
+                key, _, piece = summary.key.rpartition("#")
+                if key not in referenced:
+                    record = self.inner.load(key)
+                    layout = None if record is None else Layout.unpack(record.body)
+                    referenced[key] = {p for p, _ in layout.pieces} if layout else set()
+                if piece in referenced[key]:
+                    continue
+                found += 1
+                if delete:
+                    try:
+                        pieces.drop(summary.key, expect_revision=summary.revision)
+                    except ConflictError:
+                        found -= 1
+            if len(page) < 500:
+                return found
+            after = (page[-1].saved_at, page[-1].key)
+
+    # -- what this layer remembers -------------------------------------------------------
+
+    def _layout(self, key: str, *, revision: int | None = None) -> Layout | None:
+        """The layout stored under ``key`` (at ``revision``, if given): remembered when this
+        layer committed it, else read."""
+        if revision is not None:
+            with self._lock:
+                known = self._known.get(key)
+            if known is not None and known[0] == revision:
+                return known[1]
+        record = self.inner.load(key)
+        if record is None or (revision is not None and record.summary.revision != revision):
+            return None
+        return Layout.unpack(record.body)
+
+    def _remember(self, key: str, revision: int, layout: Layout) -> None:
+        with self._lock:
+            self._known[key] = (revision, layout)
+            self._known.move_to_end(key)
+            while len(self._known) > 256:
+                self._known.popitem(last=False)
+
+    def _forget(self, key: str) -> None:
+        with self._lock:
+            self._known.pop(key, None)
+
+
+def _piece_summary(piece_key: str, key: str, size: int) -> Summary:
+    return Summary(piece_key, key, now_ms(), None, None, None, None, 0, size, 0)

@@ -1,0 +1,212 @@
+"""The store-side segment layer (``_segments.py``): what a backend with only the five record
+operations and ``namespace`` gets for growing histories. Run here over the memory backend,
+with thresholds low enough that every put moves history into pieces and merges them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agent_checkpoint import Store
+from agent_checkpoint._segments import MAGIC, PIECES, Layout, Segmented
+from agent_checkpoint.backends.base import Query, Record, Summary
+from agent_checkpoint.backends.memory import MemoryBackend
+from agent_checkpoint.codec import Codec
+from agent_checkpoint.container import Keyring, Sealer
+from agent_checkpoint.errors import BackendUnavailableError, UnreadableEnvelopeError
+from agent_checkpoint.model import Message, RunCheckpoint
+from agent_checkpoint.testing import (
+    AppendingConformance,
+    ClaimsConformance,
+    EncryptionConformance,
+    StoreConformance,
+)
+from agent_checkpoint.testing.growth import read_while_growing
+
+
+class Counting(MemoryBackend):
+    """A memory backend that counts the bytes and records each save writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saved: list[tuple[str, int]] = []
+        self.fail_next_save_after_landing = False
+        self.fail_next_piece = False
+
+    def save(self, record: Record, **kwargs: Any) -> Summary:
+        summary = super().save(record, **kwargs)
+        self.saved.append((record.key, len(record.body)))
+        if self.fail_next_save_after_landing:
+            self.fail_next_save_after_landing = False
+            raise BackendUnavailableError("reply lost", backend="memory", operation="save")
+        return summary
+
+    def namespace(self, name: str) -> MemoryBackend:
+        with self._lock:
+            return self._namespaces.setdefault(name, Counting())
+
+
+def _store(backend: MemoryBackend | None = None, **options: Any) -> Store:
+    options = {"inline_bytes": 0, "max_segments": 4, **options}
+    return Store(Segmented(backend or MemoryBackend(), **options))
+
+
+def _grow(n: int) -> list[RunCheckpoint]:
+    history: tuple[Message, ...] = ()
+    out = []
+    for i in range(n):
+        history = (*history, Message("user" if i % 2 else "assistant", f"message {i} " * 5))
+        out.append(RunCheckpoint.new("m", history, run_id="r"))
+    return out
+
+
+def _pieces(backend: MemoryBackend) -> list[str]:
+    return [s.key for s in backend.namespace(PIECES).scan(Query(limit=10_000))]
+
+
+class TestSegmentLayer(
+    StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance
+):
+    @pytest.fixture
+    def store(self) -> Iterator[Store]:
+        with _store() as store:
+            yield store
+
+
+def test_a_plain_memory_store_uses_the_segment_layer() -> None:
+    backend = MemoryBackend()
+    store = Store(backend)
+    for ckpt in _grow(3):
+        store.put(ckpt, key="k")
+    raw = backend.load("k")
+    assert raw is not None and raw.body.startswith(MAGIC)  # a layout record, history inline
+    got = store.get("k")
+    assert got is not None and got.history == _grow(3)[-1].history
+
+
+def test_each_put_of_a_growing_history_writes_only_the_new_messages() -> None:
+    backend = Counting()
+    store = Store(Segmented(backend, inline_bytes=2_000, max_segments=8))
+    checkpoints = _grow(400)
+    for ckpt in checkpoints:
+        store.put(ckpt, key="k")
+    pieces = backend.namespace(PIECES)
+    assert isinstance(pieces, Counting)
+    written = sum(n for _, n in backend.saved) + sum(n for _, n in pieces.saved)
+    whole = len(store.get_record("k").body)  # type: ignore[union-attr]
+    # every put rewrites the head and at most inline_bytes of history, plus merges that
+    # move each byte a few times: far from the 400 * whole / 2 a rewrite per put would cost
+    assert written < 400 * 3_000 + 8 * whole
+    assert written < 400 * whole / 10
+    layout = Layout.unpack(backend.load("k").body)  # type: ignore[union-attr]
+    assert layout is not None and 1 <= len(layout.pieces) <= 8
+    assert store.get("k").history == checkpoints[-1].history  # type: ignore[union-attr]
+
+
+def test_pieces_merge_under_the_limit_and_replaced_ones_are_dropped() -> None:
+    backend = MemoryBackend()
+    store = _store(backend, max_segments=3)
+    appended = 0
+    segmented = store.backend
+    assert isinstance(segmented, Segmented)
+    original = segmented.append
+
+    def counting(*args: Any, **kwargs: Any) -> Summary | None:
+        nonlocal appended
+        landed = original(*args, **kwargs)
+        appended += landed is not None
+        return landed
+
+    segmented.append = counting  # type: ignore[method-assign]
+    for ckpt in _grow(20):
+        store.put(ckpt, key="k")
+        layout = Layout.unpack(backend.load("k").body)  # type: ignore[union-attr]
+        assert layout is not None and len(layout.pieces) <= 3
+        assert sorted(_pieces(backend)) == sorted(f"k#{p}" for p, _ in layout.pieces)
+    assert appended == 19  # every put after the first appended; none fell back to a rewrite
+    assert store.get("k").history == ckpt.history  # type: ignore[union-attr]
+
+
+def test_an_append_whose_reply_was_lost_is_recognised_as_landed() -> None:
+    backend = Counting()
+    store = _store(backend)
+    a, b = _grow(2)
+    first = store.put(a, key="k")
+    backend.fail_next_save_after_landing = True
+    summary = store.put(b, key="k", if_revision=first.revision)
+    assert summary.revision == first.revision + 1  # landed once, no false conflict, no rewrite
+    assert store.get("k").history == b.history  # type: ignore[union-attr]
+
+
+def test_delete_and_overwrite_leave_no_pieces() -> None:
+    backend = MemoryBackend()
+    store = _store(backend)
+    for ckpt in _grow(6):
+        store.put(ckpt, key="k")
+    assert _pieces(backend)
+    store.put({"format": "conversation-v1", "data": ckpt.to_json(), "savedAt": 5}, key="k")
+    assert _pieces(backend) == []  # a whole write replaced the layout
+    for ckpt in _grow(6):
+        store.put(ckpt, key="k")
+    assert store.delete("k") and _pieces(backend) == []
+    for ckpt in _grow(6):
+        last = store.put(ckpt, key="k")
+    assert store.forget_older_than(last.saved_at + 1).forgotten == 1
+    assert _pieces(backend) == []
+
+
+def test_a_piece_left_by_a_crashed_writer_is_an_orphan_collected_after_the_grace() -> None:
+    backend = MemoryBackend()
+    store = _store(backend)
+    a, b = _grow(2)
+    store.put(a, key="k")
+    segmented = store.backend
+    assert isinstance(segmented, Segmented)
+
+    def crash(*args: Any, **kwargs: Any) -> Summary:
+        raise KeyboardInterrupt  # the process dies after the piece, before the commit
+
+    inner_save = backend.save
+    backend.save = crash  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        store.put(b, key="k")
+    backend.save = inner_save  # type: ignore[method-assign]
+    pieces = backend.namespace(PIECES)
+    assert len(_pieces(backend)) == 2  # the live record's piece and the crashed write's
+    assert segmented.collect_orphans(grace=300) == 0  # young: it may be a write in flight
+    assert segmented.collect_orphans(grace=-1) == 1
+    assert segmented.collect_orphans(delete=True, grace=-1) == 1
+    assert len(_pieces(backend)) == 1 and segmented.collect_orphans(grace=-1) == 0
+    assert store.get("k").history == a.history  # type: ignore[union-attr]
+    assert pieces.scan(Query())[0].key.startswith("k#")
+
+
+def test_a_missing_piece_is_reported_naming_the_record_and_the_piece() -> None:
+    backend = MemoryBackend()
+    store = _store(backend)
+    for ckpt in _grow(3):
+        store.put(ckpt, key="k")
+    victim = _pieces(backend)[0]
+    backend.namespace(PIECES).drop(victim)
+    with pytest.raises(UnreadableEnvelopeError, match=victim.partition("#")[2]):
+        store.get("k")
+
+
+def test_reads_never_see_a_torn_history_while_pieces_merge() -> None:
+    backend = MemoryBackend()
+    writer = _store(backend, max_segments=2)
+    reader = _store(backend, max_segments=2)
+    assert read_while_growing(writer, reader, n=60) > 1
+
+
+def test_an_encrypted_store_reads_and_writes_whole_records() -> None:
+    pytest.importorskip("cryptography")
+    backend = MemoryBackend()
+    keyring = Keyring({"k1": bytes(range(32))}, "k1")
+    store = Store(Segmented(backend, inline_bytes=0), codec=Codec(sealer=Sealer(keyring=keyring)))
+    for ckpt in _grow(5):
+        store.put(ckpt, key="k")
+    assert not backend.load("k").body.startswith(MAGIC)  # type: ignore[union-attr]
+    assert store.get("k").history == ckpt.history  # type: ignore[union-attr]
