@@ -11,23 +11,17 @@ the Store falls back to a full write. Memory is bounded: the last ``capacity`` k
 from __future__ import annotations
 
 import threading
-import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import orjson
-
 from .backends.base import Summary
-from .backends.segments import GAP, Split, chain
-from .codec import Digest, count_messages, digest_of
+from .backends.segments import Split, chain
+from .codec import GAP, Digest, count_messages, digest_of, encode_parts, join_parts
 from .model import Message, RunCheckpoint
 from .validation import validate_checkpoint, validate_messages
-from .writable import check_tree, check_writable, dumps
+from .writable import check_tree, check_writable
 
 __all__ = ["Appender", "Encoded", "Tail"]
-
-_TOKEN = f"agent-checkpoint-history-{uuid.uuid4().hex}"
-_HOLE = orjson.dumps([_TOKEN])
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +49,7 @@ class Encoded:
     def body(self) -> bytes:
         """The assembled bytes of a full write (``extends`` is None); for an append, the head
         with only the new segment."""
-        before, _, after = self.split.head.partition(GAP)
-        return before + self.split.segment + after
+        return join_parts(self.split.head, self.split.segment)
 
 
 def _extends(tail: Tail, history: tuple[Message, ...]) -> bool:
@@ -106,12 +99,7 @@ class Appender:
         validate_messages(new, start)
         envelope = {"format": "conversation-v1", "data": data, "savedAt": saved_at}
         check_writable(envelope, data, "data")
-        data["history"] = [_TOKEN]
-        before, hole, after = dumps(envelope).partition(_HOLE)
-        assert hole, "the history placeholder must appear once in the envelope"
-        head = before + b"[" + GAP + b"]" + after
-        # The array's contents: messages joined by commas.
-        segment = dumps(new, level=3, where="data.history", first=start)[1:-1]
+        head, segment = encode_parts(envelope, new, first=start)
         if tail is not None:
             history_size = tail.history_size + (1 if tail.history_size and segment else 0)
             history_size += len(segment)
@@ -120,7 +108,6 @@ class Appender:
         else:
             history_size, message_count = len(segment), count_messages(new)
             digest = chain("", segment)
-        data["history"] = []
         summary_digest = digest_of(envelope, message_count=message_count)
         return Encoded(
             split=Split(head, segment, digest),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,9 +34,15 @@ from .migrations import DEFAULT, Migrations
 from .model import Json
 from .writable import check_tree, check_writable, dumps, too_deep, unreadable_depth
 
-__all__ = ["Codec", "Digest", "count_messages", "digest_of"]
+__all__ = ["GAP", "Codec", "Digest", "count_messages", "digest_of", "encode_parts", "join_parts"]
 
 _NOT_AN_OBJECT = re.compile(rb"[ \t\r\n]*[^ \t\r\n{]")
+
+GAP = b"\x00"
+"""Where a head's history array contents are cut out (JSON text never holds a NUL byte)."""
+
+_TOKEN = f"agent-checkpoint-history-{uuid.uuid4().hex}"
+_HOLE = orjson.dumps([_TOKEN])
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +103,34 @@ def _digest(doc: Mapping[str, Any], message_count: int | None = None) -> Digest:
     )
 
 
+def encode_parts(
+    doc: Mapping[str, Any], messages: list[Any], *, first: int = 0
+) -> tuple[bytes, bytes]:
+    """The one encoder of envelope bytes: ``doc`` (an envelope, checked) as its *head*, its
+    bytes with the history array's contents cut out at ``GAP``, and ``messages`` (the history
+    from message ``first`` on) as those contents, the messages joined by commas. Joined
+    (``join_parts``), they are exactly the bytes of the whole envelope; every write path, whole
+    or growing, gets its bytes here. ``doc``'s own history is not read, nor is ``doc`` changed."""
+    conversation = dict(_conversation(doc))
+    conversation["history"] = [_TOKEN]
+    data = (
+        conversation
+        if doc.get("format") != PAUSED_RUN
+        else {**doc["data"], "conversation": conversation}
+    )
+    before, hole, after = dumps({**doc, "data": data}).partition(_HOLE)
+    assert hole, "the history placeholder must appear once in the envelope"
+    where = "data.conversation.history" if doc.get("format") == PAUSED_RUN else "data.history"
+    contents = dumps(messages, level=3, where=where, first=first)[1:-1]
+    return before + b"[" + GAP + b"]" + after, contents
+
+
+def join_parts(head: bytes, contents: bytes) -> bytes:
+    """The whole envelope's bytes from ``encode_parts``' two parts."""
+    before, _, after = head.partition(GAP)
+    return before + contents + after
+
+
 class Codec:
     """Encodes envelopes to stored bytes and back, upgrading old versions on read.
 
@@ -114,7 +149,8 @@ class Codec:
         check_tree(doc)  # JSON first, as on reading: the door sees only what can be stored
         validate_envelope(doc)
         _check_writable(doc)
-        return self.sealer.seal(dumps(doc), key), _digest(doc)
+        head, contents = encode_parts(doc, _conversation(doc)["history"])
+        return self.sealer.seal(join_parts(head, contents), key), _digest(doc)
 
     def check_stored(self, body: bytes, key: str) -> Digest:
         """The index digest of encoded bytes handed over whole (``Store.put_record``), after

@@ -28,6 +28,7 @@ from typing import Protocol, runtime_checkable
 
 import xxhash
 
+from ..codec import GAP
 from .base import Record, Summary, plan_save
 
 __all__ = [
@@ -42,9 +43,6 @@ __all__ = [
     "plan_append",
     "plan_split",
 ]
-
-GAP = b"\x00"
-"""Where the history array's contents are cut out of a head."""
 
 
 @dataclass(frozen=True, slots=True)
