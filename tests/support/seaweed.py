@@ -79,6 +79,16 @@ def weed_binary() -> str | None:
     return shutil.which("weed")
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the process that started it dies, however it
+    dies. ``atexit`` does not run when a test run is killed (a timeout, Ctrl-C twice), and
+    a server left behind keeps a core busy for the rest of the machine's life."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def free_ports(count: int) -> list[int]:
     with ExitStack() as stack:
         socks = [stack.enter_context(socket.socket()) for _ in range(count)]
@@ -114,6 +124,7 @@ def start_seaweedfs(workdir: Path, *, timeout: float = 30.0) -> S3Server:
         stderr=subprocess.STDOUT,
         env={**os.environ, "GOMEMLIMIT": "256MiB"},
         start_new_session=True,  # its own process group, so stop() reaches every child
+        preexec_fn=_die_with_parent,
     )
 
     def stop() -> None:
