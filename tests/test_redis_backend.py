@@ -11,12 +11,14 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
 import pytest
 import redis
 from redis.crc import key_slot
+from support.closed_port import refused_port
 from support.redis_server import RedisServer, need_redis_server
 from support.services import REDIS_URL, service_missing
 
@@ -102,7 +104,26 @@ def store(prefix: str) -> Iterator[Store]:
 class TestRedisStore(
     StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance
 ):
-    pass
+    @pytest.fixture
+    def store(self, prefix: str) -> Iterator[Store]:
+        self.client = redis.Redis.from_url(REDIS_URL)
+        with self.client, open_store(REDIS_URL, prefix=prefix, client=self.client) as s:
+            yield s
+
+    @contextmanager
+    def break_connection(self, store: Store) -> Iterator[None]:
+        """The server's port starts refusing: new connections go to a closed port."""
+        pool = self.client.connection_pool
+        port = pool.connection_kwargs["port"]
+        with refused_port() as closed:
+            pool.connection_kwargs["port"] = closed
+            pool.disconnect()
+            pool.reset()
+            try:
+                yield
+            finally:
+                pool.connection_kwargs["port"] = port
+                pool.reset()
 
 
 class TestRedisStoreWithExpiry(StoreConformance):
