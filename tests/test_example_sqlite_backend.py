@@ -1,0 +1,87 @@
+"""examples/sqlite_backend.py, a backend written as a third party would write one, passes the
+shipped suites, and ``register()`` makes ``sqlite://PATH`` open it."""
+
+from __future__ import annotations
+
+import importlib.util
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_checkpoint import Store
+from agent_checkpoint.testing import (
+    ClaimsConformance,
+    EncryptionConformance,
+    StoreConformance,
+    checkpoint,
+)
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sqlite_backend.py"
+
+
+def load_example() -> Any:
+    spec = importlib.util.spec_from_file_location("sqlite_backend", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SqliteBackend = load_example().SqliteBackend
+
+
+class TestSqliteStore(StoreConformance, ClaimsConformance, EncryptionConformance):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[Store]:
+        self.path = tmp_path / "checkpoints.db"
+        with Store(SqliteBackend(str(self.path), timeout=0.05)) as store:
+            yield store
+
+    @contextmanager
+    def break_connection(self, store: Store) -> Iterator[None]:
+        """Another process holds the database's exclusive lock: every statement finds the
+        database locked."""
+        other = sqlite3.connect(self.path, isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")
+        try:
+            yield
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+
+
+def test_revisions_continue_past_a_delete_after_reopening(tmp_path: Path) -> None:
+    path = str(tmp_path / "checkpoints.db")
+    with Store(SqliteBackend(path)) as store:
+        first = store.put(checkpoint(), key="k")
+        store.delete("k")
+    with Store(SqliteBackend(path)) as store:
+        assert store.put(checkpoint(), key="k").revision > first.revision
+
+
+def test_register_makes_the_scheme_open_the_backend(tmp_path: Path) -> None:
+    program = f"""
+import sys
+sys.path.insert(0, {str(EXAMPLE.parent)!r})
+from agent_checkpoint import open_store
+from agent_checkpoint.testing import checkpoint
+from sqlite_backend import SqliteBackend, register
+
+register()
+with open_store("sqlite://checkpoints.db") as store:
+    assert isinstance(store.backend, SqliteBackend)
+    store.put(checkpoint("r"), key="k")
+with open_store("sqlite://checkpoints.db") as store:
+    print(store.get("k").run_id)
+"""
+    ran = subprocess.run(
+        [sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "r" and (tmp_path / "checkpoints.db").is_file()
