@@ -22,7 +22,11 @@ from agent_checkpoint.testing import (
     checkpoint,
 )
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sqlite_backend.py"
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "sqlite_backend.py"
+GUIDE = ROOT / "docs" / "backends.md"
 
 
 def load_example() -> Any:
@@ -85,3 +89,22 @@ with open_store("sqlite://checkpoints.db") as store:
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "r" and (tmp_path / "checkpoints.db").is_file()
+
+
+def test_the_test_module_in_the_guide_runs_the_suites(pytester: pytest.Pytester) -> None:
+    """docs/backends.md shows the example's test module; run it (a test of each suite, and
+    the driver-fault test through its break_connection)."""
+    text = GUIDE.read_text(encoding="utf-8")
+    marked = text.index("<!-- checked by tests/test_example_sqlite_backend.py -->")
+    start = text.index("```python\n", marked) + len("```python\n")
+    pytester.makepyfile(test_guide=text[start : text.index("```\n", start)])
+    (pytester.path / "examples").mkdir()
+    (pytester.path / "examples" / EXAMPLE.name).write_bytes(EXAMPLE.read_bytes())
+    chosen = [
+        "test_drop_of_a_lost_revision_raises_conflict_and_keeps_the_record",
+        "test_driver_faults_reach_the_caller_as_library_errors",
+        "test_a_claimed_run_cannot_be_claimed_again",
+        "test_encrypted_records_round_trip_and_hide_their_content",
+    ]
+    ran = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-k", " or ".join(chosen))
+    ran.assert_outcomes(passed=len(chosen))
