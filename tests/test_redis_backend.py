@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 import pytest
@@ -101,18 +101,23 @@ def store(prefix: str) -> Iterator[Store]:
         yield s
 
 
-class TestRedisStore(
-    StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance
-):
+class OnItsOwnClient:
+    """A store on a client of its own, whose connection ``break_connection`` cuts: the
+    server's port starts refusing, as new connections go to a closed port."""
+
+    options: ClassVar[dict[str, Any]] = {}
+
     @pytest.fixture
     def store(self, prefix: str) -> Iterator[Store]:
         self.client = redis.Redis.from_url(REDIS_URL)
-        with self.client, open_store(REDIS_URL, prefix=prefix, client=self.client) as s:
+        with (
+            self.client,
+            open_store(REDIS_URL, prefix=prefix, client=self.client, **self.options) as s,
+        ):
             yield s
 
     @contextmanager
     def break_connection(self, store: Store) -> Iterator[None]:
-        """The server's port starts refusing: new connections go to a closed port."""
         pool = self.client.connection_pool
         port = pool.connection_kwargs["port"]
         with refused_port() as closed:
@@ -126,11 +131,14 @@ class TestRedisStore(
                 pool.reset()
 
 
-class TestRedisStoreWithExpiry(StoreConformance):
-    @pytest.fixture
-    def store(self, prefix: str) -> Iterator[Store]:
-        with open_store(REDIS_URL, prefix=prefix, ttl=3600) as s:
-            yield s
+class TestRedisStore(
+    OnItsOwnClient, StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance
+):
+    pass
+
+
+class TestRedisStoreWithExpiry(OnItsOwnClient, StoreConformance):
+    options: ClassVar[dict[str, Any]] = {"ttl": 3600}
 
 
 # -- layout ------------------------------------------------------------------------------
