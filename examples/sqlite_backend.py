@@ -1,8 +1,9 @@
 """A checkpoint backend on SQLite, written as a third party would write one (docs/backends.md).
 
 It implements the five record operations (``load``, ``head``, ``save``, ``drop``, ``scan``),
-``close``, and ``namespace(name)``, which claims need. Everything else (checkpoints, retries,
-cursors, retention, claims) the ``Store`` derives from them::
+``close``, and ``namespace(name)``, which claims and growing histories use. Everything else
+(checkpoints, retries, cursors, retention, claims, histories stored in pieces) the ``Store``
+derives from them::
 
     from agent_checkpoint import open_store
     from examples.sqlite_backend import register

@@ -8,13 +8,13 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agent_checkpoint import Store
+from agent_checkpoint import Message, RunCheckpoint, Store
 from agent_checkpoint.testing import (
     ClaimsConformance,
     EncryptionConformance,
@@ -67,6 +67,25 @@ def test_revisions_continue_past_a_delete_after_reopening(tmp_path: Path) -> Non
         store.delete("k")
     with Store(SqliteBackend(path)) as store:
         assert store.put(checkpoint(), key="k").revision > first.revision
+
+
+def test_a_growing_history_is_kept_in_pieces_through_its_namespace(tmp_path: Path) -> None:
+    """The example has no Appending of its own; the Store's segment layer keeps the older
+    messages in the backend's segments namespace, and the head row holds only the newest."""
+    path = tmp_path / "checkpoints.db"
+    history: tuple[Message, ...] = ()
+    with Store(SqliteBackend(str(path))) as store:
+        for i in range(300):
+            history = (*history, Message("user", f"message {i} " + "x" * 200))
+            store.put(RunCheckpoint.new("m", history, run_id="r"), key="k")
+        got = store.get("k")
+        assert got is not None and got.history == history
+    with closing(sqlite3.connect(path)) as db:
+        pieces, in_pieces = db.execute(
+            "SELECT count(*), sum(length(body)) FROM checkpoints__segments"
+        ).fetchone()
+        (in_head,) = db.execute("SELECT length(body) FROM checkpoints").fetchone()
+    assert pieces >= 1 and in_head < in_pieces
 
 
 def test_register_makes_the_scheme_open_the_backend(tmp_path: Path) -> None:
