@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -18,8 +19,10 @@ import orjson
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from psycopg.errors import UndefinedTable
 from psycopg_pool import ConnectionPool
+from support.closed_port import refused_port
 from support.postgres_server import unique_schema, with_query
 from support.services import POSTGRES_URL, service_missing
 
@@ -97,6 +100,21 @@ class TestPostgresStore(
         with open_pg(schema) as store:
             store.setup()
             yield store
+
+    @contextmanager
+    def break_connection(self, store: Store) -> Iterator[None]:
+        """The server's port starts refusing: the pool's sessions are closed and new ones go
+        to a closed port (a request waits half a second for one, not the pool's timeout)."""
+        assert isinstance(store.backend, PostgresBackend)
+        pool = store.backend.pool
+        conninfo, timeout = pool.conninfo, pool.timeout
+        with refused_port() as port:
+            pool.conninfo, pool.timeout = make_conninfo(conninfo, port=port), 0.5
+            pool.drain()
+            try:
+                yield
+            finally:
+                pool.conninfo, pool.timeout = conninfo, timeout
 
 
 # -- listing at scale -------------------------------------------------------------------

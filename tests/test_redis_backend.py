@@ -11,12 +11,14 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, ClassVar
 
 import orjson
 import pytest
 import redis
 from redis.crc import key_slot
+from support.closed_port import refused_port
 from support.redis_server import RedisServer, need_redis_server
 from support.services import REDIS_URL, service_missing
 
@@ -99,17 +101,44 @@ def store(prefix: str) -> Iterator[Store]:
         yield s
 
 
+class OnItsOwnClient:
+    """A store on a client of its own, whose connection ``break_connection`` cuts: the
+    server's port starts refusing, as new connections go to a closed port."""
+
+    options: ClassVar[dict[str, Any]] = {}
+
+    @pytest.fixture
+    def store(self, prefix: str) -> Iterator[Store]:
+        self.client = redis.Redis.from_url(REDIS_URL)
+        with (
+            self.client,
+            open_store(REDIS_URL, prefix=prefix, client=self.client, **self.options) as s,
+        ):
+            yield s
+
+    @contextmanager
+    def break_connection(self, store: Store) -> Iterator[None]:
+        pool = self.client.connection_pool
+        port = pool.connection_kwargs["port"]
+        with refused_port() as closed:
+            pool.connection_kwargs["port"] = closed
+            pool.disconnect()
+            pool.reset()
+            try:
+                yield
+            finally:
+                pool.connection_kwargs["port"] = port
+                pool.reset()
+
+
 class TestRedisStore(
-    StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance
+    OnItsOwnClient, StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance
 ):
     pass
 
 
-class TestRedisStoreWithExpiry(StoreConformance):
-    @pytest.fixture
-    def store(self, prefix: str) -> Iterator[Store]:
-        with open_store(REDIS_URL, prefix=prefix, ttl=3600) as s:
-            yield s
+class TestRedisStoreWithExpiry(OnItsOwnClient, StoreConformance):
+    options: ClassVar[dict[str, Any]] = {"ttl": 3600}
 
 
 # -- layout ------------------------------------------------------------------------------

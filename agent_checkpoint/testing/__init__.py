@@ -9,7 +9,10 @@ backend. A third-party backend's test module subclasses it and supplies a ``stor
             with Store(MyBackend(...)) as store:   # empty, isolated namespace
                 yield store
 
-Requires pytest (the ``test`` extra).
+``ClaimsConformance`` and ``EncryptionConformance`` add to it, and skip, saying why, on a
+backend without namespaces or without the ``cryptography`` package; a ``break_connection(store)``
+method lets the suite check that driver faults are translated. docs/backends.md walks through a
+whole backend and its test module. Requires pytest (the ``test`` extra).
 """
 
 from .conformance import (

@@ -10,11 +10,18 @@ import pytest
 from ..claims import ClaimedError
 from ..errors import LeaseError, NotFoundError
 from ..store import Store
+from ._capabilities import declared_by, skip_without_namespaces
 from ._samples import checkpoint, stamped
 
 
 class ClaimsConformance:
-    """Exclusive claims (``Store.claim``) on a backend that supports namespaces."""
+    """Exclusive claims (``Store.claim``) on a backend that supports namespaces; its tests
+    skip, saying why, on a backend that does not (``Namespaced``)."""
+
+    @pytest.fixture(autouse=True)
+    def _claims_need_namespaces(self, request: pytest.FixtureRequest) -> None:
+        if declared_by(request, ClaimsConformance):
+            skip_without_namespaces(request.getfixturevalue("store"))
 
     def test_a_claimed_run_cannot_be_claimed_again(self, store: Store) -> None:
         stored = store.put(checkpoint("r", failed="llm"), key="r")

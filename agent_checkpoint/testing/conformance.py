@@ -6,6 +6,7 @@ from ._samples import checkpoint, stamped
 from .claims import ClaimsConformance
 from .encryption import EncryptionConformance
 from .growth import AppendingConformance, GrowingHistoryConformance
+from .record_contract import _RecordContract
 from .store_contract import _StoreContract
 from .writer_contract import _WriterContract
 
@@ -20,6 +21,8 @@ __all__ = [
 ]
 
 
-class StoreConformance(_StoreContract, _WriterContract, GrowingHistoryConformance):
+class StoreConformance(_StoreContract, _RecordContract, _WriterContract, GrowingHistoryConformance):
     """The whole store contract. Subclass and provide a ``store`` fixture yielding an empty
-    ``Store``; add ``ClaimsConformance`` and ``EncryptionConformance`` where supported."""
+    ``Store``, and ``break_connection(store)`` to check that driver faults are translated (the
+    test skips without it); add ``ClaimsConformance`` and ``EncryptionConformance``: they skip,
+    saying why, on a backend without namespaces or without the ``cryptography`` package."""

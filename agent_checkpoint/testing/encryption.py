@@ -12,6 +12,7 @@ from ..codec import Codec
 from ..container import MAGIC, Compression, DecryptionError, Keyring, Sealer
 from ..errors import UnreadableEnvelopeError
 from ..store import Store
+from ._capabilities import declared_by, skip_without_cryptography
 from ._samples import checkpoint
 
 
@@ -36,7 +37,13 @@ _REMOVED = object()
 
 
 class EncryptionConformance:
-    """Records encrypted at rest (AES-256-GCM) on any backend; needs ``cryptography``."""
+    """Records encrypted at rest (AES-256-GCM) on any backend; its tests skip, saying why,
+    where the ``cryptography`` package is not installed."""
+
+    @pytest.fixture(autouse=True)
+    def _encryption_needs_cryptography(self, request: pytest.FixtureRequest) -> None:
+        if declared_by(request, EncryptionConformance):
+            skip_without_cryptography()
 
     def test_encrypted_records_round_trip_and_hide_their_content(self, store: Store) -> None:
         secure = _keyed(store, Keyring({"k1": K1}, "k1"))
