@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from agent_checkpoint import Message, RunCheckpoint, Store
+from agent_checkpoint._segments import Segmented
 from agent_checkpoint.testing import (
+    AppendingConformance,
     ClaimsConformance,
     EncryptionConformance,
     StoreConformance,
@@ -58,6 +60,17 @@ class TestSqliteStore(StoreConformance, ClaimsConformance, EncryptionConformance
         finally:
             other.execute("ROLLBACK")
             other.close()
+
+
+class TestSqliteStoreInPieces(StoreConformance, AppendingConformance):
+    """The same backend with the segment layer's thresholds at their lowest: every put past
+    the first moves history into pieces in the ``segments`` namespace, and merges them."""
+
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[Store]:
+        backend = SqliteBackend(str(tmp_path / "checkpoints.db"), timeout=0.05)
+        with Store(Segmented(backend, inline_bytes=0, max_segments=4)) as store:
+            yield store
 
 
 def test_revisions_continue_past_a_delete_after_reopening(tmp_path: Path) -> None:
