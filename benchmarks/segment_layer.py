@@ -81,6 +81,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", default="memory,redis,postgres")
+    parser.add_argument("--inline", type=int, default=None, help="the layer's inline_bytes")
     args = parser.parse_args()
     history = ours(conversation(args.n))
     print("| backend | path | puts to N, s | last/first tenth | get, ms |")
@@ -92,7 +93,8 @@ def main() -> None:
                 store, clean = _open(backend)
                 try:
                     if path == "segment layer" and not isinstance(store._records, Segmented):
-                        store = Store(Segmented(store.backend))
+                        options = {} if args.inline is None else {"inline_bytes": args.inline}
+                        store = Store(Segmented(store.backend, **options))
                     elif path == "own" and isinstance(store._records, Segmented):
                         continue  # no primitive of its own: the layer is its only path
                     total, slope = _grow(store, history, args.n)
