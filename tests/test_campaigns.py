@@ -147,8 +147,8 @@ class ReplyLostAfterAnotherWrite(MemoryBackend):
 
     armed = False
 
-    def save_split(self, record: Record, split: Split, **options: Any) -> Summary:
-        landed = super().save_split(record, split, **options)
+    def save(self, record: Record, **options: Any) -> Summary:
+        landed = super().save(record, **options)
         if self.armed:
             self.armed = False
             other = RunCheckpoint.new("b", [Message("user", "writer B")], run_id="b")
