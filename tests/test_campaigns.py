@@ -26,7 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the stress/ pack
 from agent_checkpoint import Message, RunCheckpoint, Store
 from agent_checkpoint.backends.base import Record, Summary
 from agent_checkpoint.backends.memory import MemoryBackend
-from agent_checkpoint.backends.segments import Split
 from agent_checkpoint.errors import (
     BackendUnavailableError,
     CheckpointError,
@@ -112,17 +111,16 @@ def test_fuzz_readers_raise_only_documented_errors_without_hangs() -> None:
 
 
 class LosesOneAppendReply(MemoryBackend):
-    """The first append lands, then its reply is lost (a reset after the server applied it)."""
+    """The first conditional save lands, then its reply is lost (a reset after the server
+    applied it). The store's segment layer commits an append with a conditional save."""
 
     lost = False
 
-    def append(
-        self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
-    ) -> Summary | None:
-        landed = super().append(
-            summary, split, base_revision=base_revision, base_digest=base_digest
-        )
-        if landed is not None and not self.lost:
+    def save(
+        self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
+    ) -> Summary:
+        landed = super().save(record, expect_revision=expect_revision, create_only=create_only)
+        if expect_revision is not None and not self.lost:
             self.lost = True
             raise BackendUnavailableError(
                 "memory append failed: reply lost", backend="memory", operation="append"
@@ -138,7 +136,8 @@ def test_a_retried_append_that_landed_is_recognised_not_reported_as_a_conflict()
     landed = store.put(
         RunCheckpoint.new("hi", history, run_id="r"), key="k", if_revision=first.revision
     )
-    assert landed.revision == 2 and store.head("k") == landed
+    assert landed.revision == 2 and store.head("k") == landed  # recognised, not rewritten
+    assert store.backend.lost  # type: ignore[attr-defined]
 
 
 class ReplyLostAfterAnotherWrite(MemoryBackend):
