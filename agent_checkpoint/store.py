@@ -38,7 +38,7 @@ from .store_types import (
     encode_cursor,
     to_epoch_ms,
 )
-from .store_writes import Writer, summary_for
+from .store_writes import Attempts, Writer, summary_for
 
 __all__ = [
     "DEFAULT_STORE_PATH",
@@ -217,19 +217,17 @@ class Store:
         """Remove a record; ``True`` if it existed."""
         check_key(key)
         self._appender.forget(key)
-        attempts = 0
+        attempts = Attempts(self._records, key)
 
         def drop() -> bool:
-            nonlocal attempts
-            attempts += 1
+            attempts.start()
             try:
                 dropped = self._records.drop(key, expect_revision=if_revision)
             except ConflictError:
-                # An earlier attempt may have deleted it before its reply was lost.
-                if attempts > 1 and self._records.head(key) is None:
+                if attempts.deleted():
                     return True
                 raise
-            return dropped or attempts > 1
+            return dropped or attempts.retried
 
         return self.call(drop)
 
