@@ -13,7 +13,7 @@ from .backends import register_backend
 from .backends.base import Backend, Query, Record, Summary
 from .claims import Claim, LeaseInfo
 from .codec import Codec
-from .container import Keyring
+from .container import KEYS_ENV, Keyring, keyring_from_env
 from .envelope import (
     Envelope,
     PausedRun,
@@ -60,6 +60,14 @@ from .errors import (
     WriteOutcomeUnknownError,
     WrongEnvelopeKindError,
 )
+from .maintenance import (
+    CopyReport,
+    MigrateReport,
+    RekeyReport,
+    copy_records,
+    migrate_records,
+    rekey_records,
+)
 from .migrations import Migrations
 from .model import (
     AgentRef,
@@ -82,12 +90,24 @@ from .resume import (
     resume_failed_runs,
     resume_on_error,
 )
-from .store import Forgotten, Page, RetryPolicy, Store, open_store
+from .store import (
+    DEFAULT_STORE_PATH,
+    STORE_ENV,
+    Forgotten,
+    Page,
+    RetryPolicy,
+    Store,
+    VerifyReport,
+    open_store,
+)
 from .validation import validate_checkpoint
 
 __version__ = "0.4.0"
 
 __all__ = [
+    "DEFAULT_STORE_PATH",
+    "KEYS_ENV",
+    "STORE_ENV",
     "AgentRef",
     "Backend",
     "BackendError",
@@ -98,6 +118,7 @@ __all__ = [
     "Codec",
     "ConflictError",
     "ConversationMismatchError",
+    "CopyReport",
     "DecryptionError",
     "DivergedError",
     "EmptyTranscriptError",
@@ -117,6 +138,7 @@ __all__ = [
     "LeaseInfo",
     "MalformedTranscriptError",
     "Message",
+    "MigrateReport",
     "MigrationError",
     "Migrations",
     "MissingDependencyError",
@@ -129,6 +151,7 @@ __all__ = [
     "Query",
     "Record",
     "RecordTooLargeError",
+    "RekeyReport",
     "ResumeSeed",
     "RetryPolicy",
     "RunCheckpoint",
@@ -147,17 +170,22 @@ __all__ = [
     "UnrecognizedFormatError",
     "UnsafeStageError",
     "UnsupportedOperationError",
+    "VerifyReport",
     "WorkerReport",
     "WriteOutcomeUnknownError",
     "WrongEnvelopeKindError",
     "check_envelope",
     "continue_from",
+    "copy_records",
     "failure_point",
     "fnv1a",
+    "keyring_from_env",
+    "migrate_records",
     "open_store",
     "read_envelope",
     "read_paused_run",
     "register_backend",
+    "rekey_records",
     "resume_failed_runs",
     "resume_on_error",
     "to_envelope",

@@ -13,10 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-import orjson
-
-from .backends.base import Record, Repairable
-from .backends.segments import Collecting
+from .backends.base import Record
 from .errors import (
     BackendError,
     CheckpointError,
@@ -25,6 +22,7 @@ from .errors import (
     UnsafeStageError,
 )
 from .store import Store
+from .store_types import VerifyReport
 
 __all__ = [
     "CopyReport",
@@ -32,7 +30,6 @@ __all__ = [
     "RekeyReport",
     "VerifyReport",
     "copy_records",
-    "count_records",
     "migrate_records",
     "rekey_records",
     "verify_store",
@@ -43,10 +40,6 @@ Tick = Callable[[], None]
 
 def _noop() -> None:
     pass
-
-
-def count_records(store: Store) -> int:
-    return sum(1 for _ in store.iter_summaries(page_size=1000))
 
 
 @dataclass
@@ -89,9 +82,7 @@ def copy_records(
     def copy_one(key: str) -> None:
         record = source.get_record(key)
         if record is not None:  # else: deleted since it was listed
-            readable = (
-                _decodes(source, record) if source.codec.sealer.can_open(record.body) else None
-            )
+            readable = _decodes(source, record) if source.can_open(record) else None
             outcome = (
                 "skipped"
                 if readable is False and not include_unreadable
@@ -147,7 +138,6 @@ def _copy_record(record: Record, target: Store, overwrite: bool, *, as_is: bool)
     if again is None or again.body != record.body:
         raise BackendError(
             f"verification failed for {record.key!r}: the target holds other bytes",
-            backend=target.backend.name,
             operation="copy",
         )
     return "copied"
@@ -160,20 +150,10 @@ class MigrateReport:
     failed: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _stored_version(store: Store, record: Record) -> object:
-    body = store.codec.sealer.open(record.body, record.key)
-    doc = orjson.loads(body)
-    data = doc.get("data") if isinstance(doc, dict) else None
-    if isinstance(data, dict) and doc.get("format") == "flowchart-v1":
-        data = data.get("conversation")
-    return data
-
-
 def migrate_records(
     store: Store, *, dry_run: bool = False, on_record: Tick = _noop
 ) -> MigrateReport:
-    """Rewrite every record stored in an older version at ``store.codec.migrations.current``."""
-    chain = store.codec.migrations
+    """Rewrite every record stored in an older version at ``store.migrations.current``."""
     report = MigrateReport()
     for summary in store.iter_summaries(page_size=500):
         on_record()
@@ -181,12 +161,12 @@ def migrate_records(
         if record is None:
             continue
         try:
-            if not chain.needs_upgrade(_stored_version(store, record)):
-                report.current += 1
-                continue
-            doc = store.codec.decode_json(record.body, summary.key)
-        except (orjson.JSONDecodeError, CheckpointError) as exc:
+            doc = store.migrated(record)
+        except CheckpointError as exc:
             report.failed.append((summary.key, str(exc)))
+            continue
+        if doc is None:
+            report.current += 1
             continue
         if dry_run:
             report.upgraded += 1
@@ -212,19 +192,18 @@ class RekeyReport:
 
 def rekey_records(store: Store, *, on_record: Tick = _noop) -> RekeyReport:
     """Re-encrypt every record under the keyring's primary key (and current compression)."""
-    sealer = store.codec.sealer
     report = RekeyReport()
     for summary in store.iter_summaries(page_size=500):
         on_record()
         record = store.get_record(summary.key)
         if record is None:
             continue
-        if sealer.settled(record.body):
-            report.current += 1
-            continue
         try:
-            body = store.codec.reseal(record.body, summary.key)
-            store.put_record(Record(record.summary, body), if_revision=record.summary.revision)
+            resealed = store.resealed(record)
+            if resealed is None:
+                report.current += 1
+                continue
+            store.put_record(resealed, if_revision=record.summary.revision)
         except ConflictError:
             report.failed.append((summary.key, "changed during rekey; run it again"))
             continue
@@ -235,27 +214,9 @@ def rekey_records(store: Store, *, on_record: Tick = _noop) -> RekeyReport:
     return report
 
 
-@dataclass
-class VerifyReport:
-    checked: int = 0
-    unreadable: list[str] = field(default_factory=list)
-    stale: list[str] = field(default_factory=list)
-    unlisted: list[str] = field(default_factory=list)
-    repaired: int | None = None
-    orphans: int = 0
-    """Segment objects no record refers to (left by writers that died mid-write): garbage,
-    not lost data; ``repair`` removes them."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.unreadable and (
-            self.repaired is not None or not (self.stale or self.unlisted)
-        )
-
-
 def _decodes(store: Store, record: Record) -> bool:
     try:
-        store.codec.decode(record.body, record.key)
+        store.decode(record)
     except CheckpointError:
         return False
     return True
@@ -264,46 +225,5 @@ def _decodes(store: Store, record: Record) -> bool:
 def verify_store(
     store: Store, *, repair: bool = False, on_record: Tick = _noop, grace: float = 300.0
 ) -> VerifyReport:
-    """Decode every record and check the index against the records.
-
-    Where the backend writes its index after the record (``Repairable``: disk, S3), records
-    missing from the index are found too, and ``repair`` rebuilds the index from the records.
-    Where it keeps history segments as objects of their own (``Collecting``: S3), segment
-    objects older than ``grace`` seconds that no record refers to are counted, and ``repair``
-    deletes them.
-    """
-    report = VerifyReport()
-    backend = store.backend
-    if isinstance(backend, Collecting):
-        collector = backend
-        report.orphans = store.call(lambda: collector.collect_orphans(delete=repair, grace=grace))
-    listed: set[str] = set()
-    for summary in store.iter_summaries(page_size=500):
-        on_record()
-        listed.add(summary.key)
-        record = store.get_record(summary.key)
-        if record is None or record.summary.revision != summary.revision:
-            report.stale.append(summary.key)
-        elif not _decodes(store, record):
-            report.unreadable.append(summary.key)
-        report.checked += 1
-    if isinstance(backend, Repairable):
-        for record in backend.iter_records():
-            if record.key not in listed:
-                report.unlisted.append(record.key)
-                if not _decodes(store, record):
-                    report.unreadable.append(record.key)
-    if repair and (report.stale or report.unlisted):
-        if isinstance(backend, Repairable):
-            report.repaired = store.call(backend.rebuild_index)
-        elif callable(repair_index := getattr(backend, "repair", None)):
-            store.call(repair_index)  # drops index entries whose record is gone
-            report.repaired = report.checked - len(report.stale)
-        else:
-            raise BackendError(
-                f"the {backend.name} backend updates its index atomically with each record; "
-                "there is no separate index to rebuild",
-                backend=backend.name,
-                operation="verify",
-            )
-    return report
+    """``store.verify(...)``: decode every record and check the index against the records."""
+    return store.verify(repair=repair, grace=grace, on_record=on_record)

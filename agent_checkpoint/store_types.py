@@ -1,13 +1,13 @@
 """The values the ``Store`` takes and returns, and the checks of what callers pass it: the retry
-policy, a page of summaries and its keyset cursor, the outcome of a retention pass, keys and
-moments in time (``store.py`` holds the Store itself).
+policy, a page of summaries and its keyset cursor, the outcome of a retention pass and of a
+verification, keys and moments in time (``store.py`` holds the Store itself).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +30,7 @@ __all__ = [
     "Forgotten",
     "Page",
     "RetryPolicy",
+    "VerifyReport",
     "check_key",
     "decode_cursor",
     "encode_cursor",
@@ -83,6 +84,29 @@ class Page:
 class Forgotten:
     forgotten: int
     more: bool
+
+
+@dataclass
+class VerifyReport:
+    """What ``Store.verify`` found."""
+
+    checked: int = 0
+    unreadable: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    """Keys the index lists whose record is gone or at another revision."""
+    unlisted: list[str] = field(default_factory=list)
+    """Keys of records the index misses."""
+    repaired: int | None = None
+    """With ``repair``, when the index needed it: how many records it lists now."""
+    orphans: int = 0
+    """Segment objects no record refers to (left by writers that died mid-write): garbage,
+    not lost data; ``repair`` removes them."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.unreadable and (
+            self.repaired is not None or not (self.stale or self.unlisted)
+        )
 
 
 def check_key(key: Any) -> str:

@@ -16,7 +16,7 @@ from .codec import Digest
 from .errors import ConflictError, RecordTooLargeError, WriteOutcomeUnknownError
 from .model import RunCheckpoint
 
-__all__ = ["Caller", "Writer", "summary_for"]
+__all__ = ["Attempts", "Caller", "Writer", "summary_for"]
 
 T = TypeVar("T")
 
@@ -25,6 +25,40 @@ class Caller(Protocol):
     """Runs a backend operation under the Store's retry policy (``Store.call``)."""
 
     def __call__(self, fn: Callable[[], T], /) -> T: ...
+
+
+class Attempts:
+    """Counts the attempts of one write run under the retry policy, and tells, on a retry,
+    whether an earlier attempt landed: its reply may have been lost after it did, so a retry
+    that fails as if the record had moved on (a conflict, an append whose base is gone) reads
+    the record back before reporting that."""
+
+    def __init__(self, backend: Backend, key: str) -> None:
+        self.backend = backend
+        self.key = key
+        self.count = 0
+
+    def start(self) -> None:
+        """Call at the top of each attempt."""
+        self.count += 1
+
+    @property
+    def retried(self) -> bool:
+        return self.count > 1
+
+    def landed(self, body: bytes | Callable[[], bytes]) -> Summary | None:
+        """On a retry, the stored summary if the record holds exactly ``body`` (built only
+        when a record is there to compare with): an earlier attempt wrote it."""
+        if not self.retried:
+            return None
+        stored = self.backend.load(self.key)
+        if stored is None or stored.body != (body() if callable(body) else body):
+            return None
+        return stored.summary
+
+    def deleted(self) -> bool:
+        """On a retry, whether the record is gone: an earlier attempt deleted it."""
+        return self.retried and self.backend.head(self.key) is None
 
 
 def summary_for(key: str, digest: Digest, size: int) -> Summary:
@@ -78,24 +112,21 @@ class Writer:
             tail = None
         encoded = self.appender.encode(checkpoint, saved_at, tail)
         base = encoded.extends
-        attempts = 0
+        attempts = Attempts(backend, key)
         try:
             if base is not None:
                 self.check_size(key, encoded.size)
                 summary = summary_for(key, encoded.digest, encoded.size)
 
                 def append() -> Summary | None:
-                    nonlocal attempts
-                    attempts += 1
+                    attempts.start()
                     done = backend.append(
                         summary, encoded.split, base_revision=base.revision, base_digest=base.digest
                     )
-                    if done is None and attempts > 1:
-                        # An earlier attempt may have landed before its reply was lost.
-                        stored = backend.load(key)
-                        whole = self.appender.encode(checkpoint, saved_at, None).body()
-                        if stored is not None and stored.body == whole:
-                            return stored.summary
+                    if done is None:
+                        return attempts.landed(
+                            lambda: self.appender.encode(checkpoint, saved_at, None).body()
+                        )
                     return done
 
                 landed = self._call(append)
@@ -106,7 +137,7 @@ class Writer:
             # A split write stores the head and the segment; the assembled bytes are built
             # only if a retry must compare them with what landed.
             record = Record(summary_for(key, encoded.digest, encoded.size), b"")
-            uncertain = base is not None and attempts > 1
+            uncertain = base is not None and attempts.retried
             landed = self.write(
                 record, if_revision, create_only, encoded.split, uncertain, whole=encoded.body
             )
@@ -130,11 +161,10 @@ class Writer:
         write (whose ``record.body`` is empty)."""
         self.check_size(record.key, record.summary.size if whole else len(record.body))
         backend = self.backend
-        attempts = 0
+        attempts = Attempts(backend, record.key)
 
         def save() -> Summary:
-            nonlocal attempts
-            attempts += 1
+            attempts.start()
             try:
                 if split is not None and self.appending is not None:
                     return self.appending.save_split(
@@ -142,17 +172,15 @@ class Writer:
                     )
                 return backend.save(record, expect_revision=if_revision, create_only=create_only)
             except ConflictError:
-                if attempts > 1:
-                    # The reply to an earlier attempt may have been lost after it landed.
-                    stored = backend.load(record.key)
-                    if stored is not None and stored.body == (whole() if whole else record.body):
-                        return stored.summary
-                raise
+                landed = attempts.landed(whole or record.body)
+                if landed is None:
+                    raise
+                return landed
 
         try:
             return self._call(save)
         except ConflictError as exc:
-            if attempts > 1 or uncertain:
+            if attempts.retried or uncertain:
                 raise WriteOutcomeUnknownError(
                     f"{backend.name} put failed: the write to {record.key!r} may have landed: "
                     "its reply was lost, and the "

@@ -446,7 +446,7 @@ class Campaign:
                 tally.violation("lost", f"{where} is gone; version {base[0]} was acknowledged")
             return None
         try:
-            ckpt = conversation_of(store.codec.decode(record.body, key))
+            ckpt = conversation_of(store.decode(record))
         except CheckpointError as exc:
             tally.violation("torn", f"{where} does not decode: {type(exc).__name__}: {exc}"[:300])
             return None

@@ -466,7 +466,7 @@ class Load:
         message = f"t{t}-s{seq}"
         try:
             record = self.store.get_record(key)
-            current = None if record is None else self.store.codec.decode(record.body, key)
+            current = None if record is None else self.store.decode(record)
         except Exception as exc:
             self._error(exc, f"read {key}", READ_OPERATIONS)
             return

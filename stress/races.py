@@ -341,7 +341,7 @@ class Campaign:
                 old = f"{key}-{i}"
                 store.put(_ckpt(f"{old}-seed", [("user", f"{old} seed")], key=old), key=old)
             time.sleep(0.002)
-            cutoff = store.now()
+            cutoff = store._now()
             time.sleep(0.002)  # every re-created record is saved strictly after the cutoff
             return f"{key}@{cutoff}"
         return key

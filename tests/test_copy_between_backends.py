@@ -41,7 +41,7 @@ def seed_disk(path: str, n: int) -> None:
                 failed=("llm", None, "tool", None)[i % 4],
                 messages=1 + i % 4,
             )
-            body, digest = store.codec.encode(stamped(ckpt, 1_700_000_000_000 + i // 3), key)
+            body, digest = store._codec.encode(stamped(ckpt, 1_700_000_000_000 + i // 3), key)
             store.put_record(Record(summary_for(key, digest, len(body)), body))
 
 

@@ -649,7 +649,7 @@ def test_a_connection_retrying_cannot_fix_fails_at_once_naming_why(
 def store_as_before(admin: Admin, schema: str, store: Store, *, revision: int) -> None:
     """Key ``old`` as a previous library stored it: the whole record in ``body``, no segments."""
     old = stamped(checkpoint("old", text="before the upgrade"), 1000)
-    body, _ = store.codec.encode(old, "old")
+    body, _ = store._codec.encode(old, "old")
     admin.execute(
         sql.SQL(
             "INSERT INTO {} (key, run_id, saved_at, message_count, size, revision, body) "
@@ -885,7 +885,7 @@ def test_a_whole_write_by_an_older_library_over_a_split_record_reads_back_as_wri
 ) -> None:
     history = grow(store, 4)
     replaced = stamped(checkpoint("r", text="written by the previous version"), 5)
-    body, _ = store.codec.encode(replaced, "k")
+    body, _ = store._codec.encode(replaced, "k")
     admin.execute(  # the previous library's UPDATE: it knows nothing of head and segments
         sql.SQL(
             "UPDATE {} SET body = %s, size = %s, revision = revision + 1 WHERE key = 'k'"

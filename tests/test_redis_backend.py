@@ -191,7 +191,7 @@ def test_a_saved_at_outside_the_orderable_range_is_refused(store: Store) -> None
     that); the backend still refuses a summary its layout cannot order."""
     with pytest.raises(InvalidCheckpointError, match="savedAt"):
         store.put(stamped(checkpoint(), 10**17), key="far-future")
-    body = store.codec.encode(stamped(checkpoint(), 0), "far-future")[0]
+    body = store._codec.encode(stamped(checkpoint(), 0), "far-future")[0]
     summary = Summary("far-future", "r", 10**17, None, None, None, None, 2, len(body), 0)
     with pytest.raises(UnsupportedOperationError, match="savedAt"):
         store.backend.save(Record(summary, body))
@@ -270,7 +270,7 @@ def test_scan_agrees_with_the_reference_backend_on_random_queries(
 
 @pytest.mark.slow
 def test_newest_100_of_10000_and_paging_through_all_while_writers_add(store: Store) -> None:
-    body = store.codec.encode(stamped(checkpoint(), 0), "template")[0]
+    body = store._codec.encode(stamped(checkpoint(), 0), "template")[0]
     rng = random.Random(3)
     keys = [f"run-{n:05d}" for n in range(10_000)]
     rng.shuffle(keys)

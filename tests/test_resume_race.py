@@ -173,7 +173,7 @@ def test_a_dead_workers_runs_are_taken_after_its_lease_expires(
     assert set(handled(logdir)) == set(keys) - {stolen}
     with open_store(store_url) as store:
         [lease] = store.claims()
-        time.sleep(max(0.0, (lease.expires_at - store.now()) / 1000) + 0.2)
+        time.sleep(max(0.0, (lease.expires_at - store._now()) / 1000) + 0.2)
     # ...and once it expires, another worker takes it over.
     late = start_worker(store_url, "late", logdir, "--ttl", "60")
     out, err = late.communicate(timeout=300)

@@ -130,7 +130,9 @@ def test_growth_reads_back_exactly_what_a_full_write_stores(client: Any, prefix:
         ckpt = base.evolve(history=history, last_completed_iteration=i)
         summary = store.put(ckpt, key="g")
         # the same bytes written whole by the plain save, under another key
-        whole = summary_for("w", store.codec.digest(orjson.loads(plain(ckpt, summary.saved_at))), 0)
+        whole = summary_for(
+            "w", store._codec.digest(orjson.loads(plain(ckpt, summary.saved_at))), 0
+        )
         backend.save(Record(whole, plain(ckpt, summary.saved_at)))
         grown, written = backend.load("g"), backend.load("w")
         assert grown is not None and written is not None
@@ -214,7 +216,7 @@ def test_a_record_written_whole_by_the_previous_version_reads_and_grows(
     body = plain(ckpt, 1000)
     # exactly what the previous version wrote: header line, body, no segments
     old = Store(S3Backend(client, BUCKET, prefix))
-    summary = summary_for("k", old.codec.digest(orjson.loads(body)), len(body))
+    summary = summary_for("k", old._codec.digest(orjson.loads(body)), len(body))
     old.backend.save(Record(summary, body))
     assert "segs" not in header(client, prefix, "k")
 

@@ -13,7 +13,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..errors import (
+from .. import (
+    DEFAULT_STORE_PATH,
+    STORE_ENV,
     BackendError,
     CheckpointError,
     ConflictError,
@@ -28,7 +30,6 @@ from ..errors import (
     TranscriptNotFoundError,
     UnsafeStageError,
 )
-from ..store import DEFAULT_STORE_PATH, STORE_ENV
 from . import interchange as interchange_commands
 from . import ops as ops_commands
 from . import store_commands as store_commands

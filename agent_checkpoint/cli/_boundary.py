@@ -16,10 +16,8 @@ from contextlib import contextmanager
 from typing import TextIO
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from .. import KEYS_ENV, STORE_ENV, UnreadableEnvelopeError
 from ..backends import mask_url
-from ..container import KEYS_ENV
-from ..errors import UnreadableEnvelopeError
-from ..store import STORE_ENV
 
 __all__ = ["QUIET_ENV", "Boundary", "secrets_of_url"]
 

@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -17,8 +18,7 @@ import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..container import keyring_from_env
-from ..store import DEFAULT_STORE_PATH, STORE_ENV, Store, open_store
+from .. import DEFAULT_STORE_PATH, STORE_ENV, Migrations, Store, keyring_from_env, open_store
 
 EXIT = {
     "ok": 0,
@@ -62,8 +62,15 @@ def store_url(args: argparse.Namespace) -> str:
     return getattr(args, "store", None) or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
 
 
-def store_from(args: argparse.Namespace, url: str | None = None, *, create: bool = False) -> Store:
-    """The store named by ``--store`` (or ``url``), with keys from ``$AGENT_CHECKPOINT_KEYS``.
+def store_from(
+    args: argparse.Namespace,
+    url: str | None = None,
+    *,
+    create: bool = False,
+    migrations: Migrations | None = None,
+) -> Store:
+    """The store named by ``--store`` (or ``url``), with keys from ``$AGENT_CHECKPOINT_KEYS``
+    (and ``migrations``, else the library's chain).
 
     Only commands that write open with ``create``: a reading command on a store that does not
     exist (a mistyped folder) is an error, and leaves nothing behind."""
@@ -71,7 +78,16 @@ def store_from(args: argparse.Namespace, url: str | None = None, *, create: bool
         keyring = keyring_from_env()
     except ValueError as exc:
         raise CommandError(str(exc)) from None
-    return open_store(url or store_url(args), keyring=keyring, create=create)
+    return open_store(url or store_url(args), keyring=keyring, create=create, migrations=migrations)
+
+
+def count_records(store: Store) -> int:
+    """How many records ``store`` lists (the total of a progress bar)."""
+    return sum(1 for _ in store.iter_summaries(page_size=1000))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def read_input(path: str) -> bytes:

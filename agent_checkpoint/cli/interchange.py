@@ -26,8 +26,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from .. import Identity
 from ..backends import mask_url
-from ..model import Identity
 from ..transcripts import (
     FORMATS,
     Fork,

@@ -14,25 +14,26 @@ from typing import Any
 
 import orjson
 
-from ..backends import mask_url
-from ..claims import Claim
-from ..container import KEYS_ENV
-from ..maintenance import (
+from .. import (
+    KEYS_ENV,
+    Claim,
     CopyReport,
+    Migrations,
+    ResumeSeed,
+    RunCheckpoint,
     copy_records,
-    count_records,
     migrate_records,
     rekey_records,
-    verify_store,
+    resume_failed_runs,
 )
-from ..migrations import Migrations
-from ..model import RunCheckpoint
-from ..resume import ResumeSeed, resume_failed_runs
+from ..backends import mask_url
 from ._common import (
     EXIT,
     CommandError,
     add_store_option,
+    count_records,
     format_time,
+    now_ms,
     print_json,
     progress,
     store_from,
@@ -54,7 +55,7 @@ CLAIM_COLUMNS = (
 def cmd_claims(args: argparse.Namespace) -> int:
     with store_from(args) as store:
         leases = store.claims()
-        now = store.now()
+    now = now_ms()
     if args.json:
         print_json([{"key": c.key, "worker": c.worker, "expiresAt": c.expires_at} for c in leases])
         return EXIT["ok"]
@@ -155,12 +156,12 @@ def _failures_json(failed: list[tuple[str, str]]) -> list[dict[str, str]]:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     migrations = load_migrations(args.migrations)
-    with store_from(args) as store:
-        if migrations is not None:
-            store.codec.migrations = migrations
-        with progress("migrating", count_records(store)) as tick:
-            report = migrate_records(store, dry_run=args.dry_run, on_record=tick)
-    version = store.codec.migrations.current
+    with (
+        store_from(args, migrations=migrations) as store,
+        progress("migrating", count_records(store)) as tick,
+    ):
+        report = migrate_records(store, dry_run=args.dry_run, on_record=tick)
+    version = store.migrations.current
     if args.json:
         print_json(
             {
@@ -186,7 +187,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_rekey(args: argparse.Namespace) -> int:
     with store_from(args) as store:
-        if store.codec.sealer.keyring is None:
+        if not os.environ.get(KEYS_ENV):  # the keys store_from read: none
             raise CommandError(
                 f"rekey needs keys: set {KEYS_ENV} (the first key is the new primary)"
             )
@@ -214,7 +215,7 @@ def cmd_rekey(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     with store_from(args) as store, progress("verifying", count_records(store)) as tick:
-        report = verify_store(store, repair=args.repair, on_record=tick)
+        report = store.verify(repair=args.repair, on_record=tick)
     if args.json:
         print_json(
             {

@@ -11,14 +11,14 @@ from typing import Any
 
 import orjson
 
-from ..backends.base import Summary
-from ..model import now_ms
+from .. import Summary
 from ._common import (
     EXIT,
     CommandError,
     add_store_option,
     format_size,
     format_time,
+    now_ms,
     print_json,
     progress,
     read_input,
@@ -157,7 +157,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         record = store.get_record(args.key)
         if record is None:
             raise _missing(args.key)
-        envelope = store.codec.decode(record.body, args.key)
+        envelope = store.decode(record)
     if args.json:
         print_json({"summary": summary_json(record.summary), "envelope": envelope.to_json()})
         return EXIT["ok"]
