@@ -325,3 +325,16 @@ def test_key_orders_past_the_remembered_ones_are_read_the_generic_way(
         assert (message.role, message.tool_call_id) == ("tool", "c1")
         assert orjson.dumps(message.to_json()) == orjson.dumps(doc)
     assert len(Message._SHAPES) == 2
+
+
+def test_a_read_part_does_not_change_when_the_caller_changes_its_json() -> None:
+    doc = _document_with_history()
+    doc["claimVerification"] = {"checked": ["a"]}
+    checkpoint = RunCheckpoint.from_json(doc)
+    call = checkpoint.history[1].tool_calls[0]  # type: ignore[index]
+    doc["history"][1]["toolCalls"][0]["args"]["q"] = "changed by the caller"
+    doc["history"][3]["futureKey"].append(3)
+    doc["claimVerification"]["checked"].append("b")
+    assert call.args == {"q": "x"}
+    assert checkpoint.history[3].extra == {"futureKey": [1, 2]}
+    assert checkpoint.claim_verification == {"checked": ["a"]}

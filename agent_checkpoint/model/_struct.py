@@ -77,10 +77,22 @@ def _boolean(value: Json) -> bool:
     return value
 
 
+def copied(value: Json) -> Json:
+    """A copy of a JSON value's dicts and lists that shares its other (immutable) values."""
+    if isinstance(value, dict):
+        return {k: v if type(v) is str else copied(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [v if type(v) is str else copied(v) for v in value]
+    return value
+
+
 def _object(value: Json) -> JsonObject:
     if not isinstance(value, dict):
         raise Mismatch
-    return value
+    # A copy: a part must not change when the caller changes the dict it was read from (a
+    # tool call's arguments changed in place would otherwise still equal what was stored).
+    copy: JsonObject = copied(value)
+    return copy
 
 
 def _strings(value: Json) -> tuple[str, ...]:
@@ -281,12 +293,12 @@ class Struct:
         for name, value in data.items():
             field = by_key.get(name)
             if field is None or value is None:
-                extra[name] = value
+                extra[name] = copied(value)
                 continue
             try:
                 kwargs[field.attr] = field.codec.decode(value)
             except Mismatch:
-                extra[name] = value
+                extra[name] = copied(value)
         return cls._build(kwargs, extra, order)
 
     @classmethod

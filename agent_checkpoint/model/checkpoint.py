@@ -17,6 +17,7 @@ from ._struct import (
     JsonObject,
     Mismatch,
     Struct,
+    copied,
     key,
     part,
     parts,
@@ -119,7 +120,7 @@ class EvidenceRecovery(Struct):
 def _rows(value: Json) -> tuple[JsonObject, ...]:
     if not isinstance(value, list):
         raise Mismatch
-    return tuple(value)
+    return tuple(copied(value))
 
 
 _TYPING = threading.Lock()
