@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from ._history import TYPED
 from ._struct import (
     NUMBER,
     OBJECT,
@@ -127,7 +128,8 @@ _TYPING = threading.Lock()
 
 
 class _Unread:
-    """A history as read: its messages' JSON, typed on first use, once."""
+    """A history as read: its messages' JSON, typed on first use, once. Typing goes through
+    ``_history.TYPED``, so a history that extends one typed before reuses its messages."""
 
     __slots__ = ("_typed", "messages")
 
@@ -135,10 +137,10 @@ class _Unread:
         self.messages = messages
         self._typed: tuple[Message, ...] | None = None
 
-    def typed(self) -> tuple[Message, ...]:
+    def typed(self, conversation: str) -> tuple[Message, ...]:
         typed = self._typed
         if typed is None:
-            typed = Message.from_json_many(self.messages)
+            typed = TYPED.type(self.messages, conversation)
             with _TYPING:  # threads typing at once all get the first one's messages
                 if self._typed is None:
                     self._typed = typed
@@ -195,7 +197,10 @@ class RunCheckpoint(Struct):
     validated on the way in, and a read that only looks at the run's state (its failure
     point, iteration, owner) need not build a thousand ``Message`` values. Until then it
     holds the history's JSON (``_Unread``, set when the checkpoint is made, never replaced)
-    and writes that back as read.
+    and writes that back as read. A history that extends one typed before in this process
+    types only the messages past it, and shares the earlier ones' ``Message`` objects, so a
+    put after every message costs what the same loop with ``Message`` values costs
+    (``_history.py`` says how, and why).
     """
 
     run_id: str = field(metadata=key("runId"))
@@ -299,7 +304,7 @@ class _History:
         if obj is None:
             return self
         held = obj.__dict__["history"]
-        return held.typed() if type(held) is _Unread else held
+        return held.typed(obj.default_key) if type(held) is _Unread else held
 
     def __set__(self, obj: RunCheckpoint, value: tuple[Message, ...]) -> None:
         obj.__dict__["history"] = value
