@@ -10,13 +10,14 @@ conversation, 5-10x the cost of the same loop with ``Message`` values.
 So typing a history looks for a remembered one that shares its first messages and reuses those
 ``Message`` objects; only the messages past the shared prefix are typed. The prefix is found
 by comparing the messages as JSON values, not by identity: the caller may have changed a dict
-in place since, or decoded fresh ones from a request body. The comparison runs in C: the new
-list against a private copy of the JSON each remembered message was typed from (dicts and
-lists copied, strings shared, so a dict compared with its own copy costs a pointer check per
-string), then the top-level key orders. A message the caller changed, dropped or reordered
-ends the prefix and is typed again. Keys reordered inside a nested object (a tool call's
-arguments) with every value equal compare as the same JSON value; the earlier typing, and
-its key order, is kept there.
+in place since, or decoded fresh ones from a request body. The comparison is one C-level list
+comparison of the new messages with a private copy of the JSON each remembered message was
+typed from (dicts and lists copied, strings shared, so a dict compared with its own copy
+checks a pointer per string). A message the caller changed or dropped ends the prefix and is
+typed again, with everything after it. Equal JSON values are equal whatever their key order:
+a message whose keys were only reordered in place keeps its earlier typing and key order
+(the Store's incremental write, which compares ``Message`` values, ignores key order too).
+Comparing key orders as well would cost about as much again on every put.
 
 The reused messages are the very objects the Store remembered from the last put, so its check
 that the new history extends the stored one is a pass over pointers, and the put encodes only
@@ -51,17 +52,16 @@ class _Typed:
     """A typed history and the JSON it was typed from (private copies)."""
 
     sources: list[JsonObject]
-    orders: list[tuple[str, ...]]
     messages: tuple[Message, ...]
 
     def common(self, items: Sequence[JsonObject]) -> int:
-        """How many of the first ``items`` equal this history's messages, keys in order."""
+        """How many of the first ``items`` equal this history's messages as JSON values."""
         n = min(len(self.sources), len(items))
         head = list(items[:n])
-        if head == self.sources[:n] and list(map(tuple, head)) == self.orders[:n]:
+        if head == self.sources[:n]:
             return n
         for i in range(n):  # they part somewhere: find where
-            if head[i] != self.sources[i] or tuple(head[i]) != self.orders[i]:
+            if head[i] != self.sources[i]:
                 return i
         return n
 
@@ -94,13 +94,11 @@ class Histories:
         fresh = items[shared:]
         messages = Message.from_json_many(fresh)
         sources = [copied(m) for m in fresh]
-        orders = [tuple(m) for m in fresh]
         if base is not None:
             messages = base.messages[:shared] + messages
             sources = base.sources[:shared] + sources
-            orders = base.orders[:shared] + orders
         extended = base if base is not None and shared == len(base.sources) else None
-        self._remember(conversation, extended, _Typed(sources, orders, messages))
+        self._remember(conversation, extended, _Typed(sources, messages))
         return messages
 
     def _seen_before(self, conversation: str) -> bool:
