@@ -77,12 +77,15 @@ def _boolean(value: Json) -> bool:
     return value
 
 
+_ATOMS = frozenset((str, int, float, bool, type(None)))
+
+
 def copied(value: Json) -> Json:
     """A copy of a JSON value's dicts and lists that shares its other (immutable) values."""
     if isinstance(value, dict):
-        return {k: v if type(v) is str else copied(v) for k, v in value.items()}
+        return {k: v if type(v) in _ATOMS else copied(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [v if type(v) is str else copied(v) for v in value]
+        return [v if type(v) in _ATOMS else copied(v) for v in value]
     return value
 
 
@@ -139,7 +142,7 @@ def _reader(cls: type, order: tuple[str, ...], fields: list[Field]) -> Reader:
             if tuple(map(type, values)) != strings:
                 return None
             instance: Any = _new(cls)
-            state = dict(zip(attrs, values, strict=True), extra=NO_EXTRA, key_order=order)
+            state = dict(zip(attrs, values), extra=NO_EXTRA, key_order=order)  # noqa: B905
             _set_state(instance, "__dict__", state)
             return instance
 
@@ -152,7 +155,7 @@ def _reader(cls: type, order: tuple[str, ...], fields: list[Field]) -> Reader:
         for i in texts:
             if type(values[i]) is not str:
                 return None
-        state = dict(zip(attrs, values, strict=True), extra=NO_EXTRA, key_order=order)
+        state = dict(zip(attrs, values), extra=NO_EXTRA, key_order=order)  # noqa: B905
         for attr, decode in decoded:
             value = state[attr]
             if value is None:
