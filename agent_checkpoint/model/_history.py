@@ -13,11 +13,11 @@ by comparing the messages as JSON values, not by identity: the caller may have c
 in place since, or decoded fresh ones from a request body. The comparison is one C-level list
 comparison of the new messages with a private copy of the JSON each remembered message was
 typed from (dicts and lists copied, strings shared, so a dict compared with its own copy
-checks a pointer per string). A message the caller changed or dropped ends the prefix and is
-typed again, with everything after it. Equal JSON values are equal whatever their key order:
-a message whose keys were only reordered in place keeps its earlier typing and key order
-(the Store's incremental write, which compares ``Message`` values, ignores key order too).
-Comparing key orders as well would cost about as much again on every put.
+checks a pointer per string). A message the caller changed, dropped or whose keys it reordered ends the prefix
+and is typed again, with everything after it: the C-level comparison is followed by one of
+the messages' top-level key orders. Keys reordered inside a nested object (a tool call's
+arguments) with every value equal compare as the same JSON value, and keep the earlier
+typing's order there.
 
 The reused messages are the very objects the Store remembered from the last put, so its check
 that the new history extends the stored one is a pass over pointers, and the put encodes only
@@ -37,6 +37,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import eq
 
 from ._struct import JsonObject, copied
 from .messages import Message
@@ -52,16 +53,18 @@ class _Typed:
     """A typed history and the JSON it was typed from (private copies)."""
 
     sources: list[JsonObject]
+    orders: list[tuple[str, ...]]
     messages: tuple[Message, ...]
 
     def common(self, items: Sequence[JsonObject]) -> int:
-        """How many of the first ``items`` equal this history's messages as JSON values."""
+        """How many of the first ``items`` equal this history's messages, keys in order."""
         n = min(len(self.sources), len(items))
         head = list(items[:n])
-        if head == self.sources[:n]:
+        # Key orders lazily: each tuple is freed once compared, not N made per put.
+        if head == self.sources[:n] and all(map(eq, map(tuple, head), self.orders)):
             return n
         for i in range(n):  # they part somewhere: find where
-            if head[i] != self.sources[i]:
+            if head[i] != self.sources[i] or tuple(head[i]) != self.orders[i]:
                 return i
         return n
 
@@ -94,11 +97,13 @@ class Histories:
         fresh = items[shared:]
         messages = Message.from_json_many(fresh)
         sources = [copied(m) for m in fresh]
+        orders = [tuple(m) for m in fresh]
         if base is not None:
             messages = base.messages[:shared] + messages
             sources = base.sources[:shared] + sources
+            orders = base.orders[:shared] + orders
         extended = base if base is not None and shared == len(base.sources) else None
-        self._remember(conversation, extended, _Typed(sources, messages))
+        self._remember(conversation, extended, _Typed(sources, orders, messages))
         return messages
 
     def _seen_before(self, conversation: str) -> bool:
