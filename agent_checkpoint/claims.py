@@ -1,9 +1,8 @@
 """Exclusive, expiring claims on stored runs, derived from the backend's compare-and-swap.
 
-A lease is a small record in the backend's ``leases`` namespace (``Namespaced``): its summary
-holds the worker (as ``agent_id``), the lease token (as ``run_id``) and the expiry (as
-``saved_at``), so live claims are listed from the index. Taking a lease is a create-only
-write, or a compare-and-swap over an expired one: exactly one contender wins.
+A lease (``Lease``) is a small record in the backend's ``leases`` namespace (``Namespaced``).
+Taking a lease is a create-only write, or a compare-and-swap over an expired one: exactly one
+contender wins. Live leases are listed from the namespace's index, newest expiry first.
 
 Fencing: on claiming, the run's record is rewritten unchanged, which bumps its revision; every
 write under the claim is a compare-and-swap on the revision the claim last saw. A worker whose
@@ -15,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -54,67 +53,110 @@ def leases_of(backend: Backend) -> Backend:
     return backend.namespace(LEASES)
 
 
-def _lease_record(key: str, worker: str, token: str, expires_at: int) -> Record:
-    body = orjson.dumps({"worker": worker, "token": token, "expiresAt": expires_at})
-    return Record(Summary(key, token, expires_at, None, worker, None, None, 0, len(body), 0), body)
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One worker's lease on the run under ``key``: ``token`` names this grant (a renewal
+    keeps it, a new grant gets another), ``expires_at`` is epoch ms, ``revision`` is the
+    lease record's (0 for one not yet stored)."""
 
+    key: str
+    worker: str
+    token: str
+    expires_at: int
+    revision: int = 0
 
-def _holder(record: Record) -> tuple[str, str, int]:
-    """(worker, token, expires_at) of a lease record; the summary is authoritative."""
-    s = record.summary
-    return s.agent_id or "", s.run_id, s.saved_at
+    # The one mapping between a lease and the record that stores it. A lease is stored in a
+    # checkpoint's summary fields, as leases always were (existing stores' leases still read,
+    # and every backend's index serves them): the worker as ``agent_id``, the token as
+    # ``run_id``, the expiry as ``saved_at`` (so live leases are a scan by ``saved_at``).
+    # The summary is authoritative; the body repeats it for people reading the store.
+
+    @classmethod
+    def of(cls, summary: Summary) -> Lease:
+        """The lease a record of the leases namespace holds."""
+        return cls(
+            summary.key, summary.agent_id or "", summary.run_id, summary.saved_at, summary.revision
+        )
+
+    def record(self) -> Record:
+        body = orjson.dumps(
+            {"worker": self.worker, "token": self.token, "expiresAt": self.expires_at}
+        )
+        summary = Summary(
+            key=self.key,
+            run_id=self.token,
+            saved_at=self.expires_at,
+            owner=None,
+            agent_id=self.worker,
+            failure_phase=None,
+            failure_iteration=None,
+            message_count=0,
+            size=len(body),
+            revision=0,
+        )
+        return Record(summary, body)
+
+    @staticmethod
+    def live_since(now: int, limit: int) -> Query:
+        """The listing of the leases still live at ``now``."""
+        return Query(saved_since=now + 1, limit=limit)
+
+    def info(self) -> LeaseInfo:
+        return LeaseInfo(self.key, self.worker, self.expires_at)
 
 
 class Claim:
     """One worker's exclusive lease on a run. Use as a context manager to release on exit."""
 
-    def __init__(
-        self,
-        store: Store,
-        key: str,
-        worker: str,
-        token: str,
-        expires_at: int,
-        lease_rev: int,
-        fence: int,
-    ) -> None:
+    def __init__(self, store: Store, lease: Lease, fence: int) -> None:
         self.store = store
-        self.key = key
-        self.worker = worker
-        self.token = token
-        self.expires_at = expires_at
+        self.lease = lease
+        """The lease as this claim last stored it."""
         self.fence = fence
         """The record revision this claim last saw; writes are compare-and-swap on it."""
-        self._lease_rev = lease_rev
         self._released = False
+
+    @property
+    def key(self) -> str:
+        return self.lease.key
+
+    @property
+    def worker(self) -> str:
+        return self.lease.worker
+
+    @property
+    def token(self) -> str:
+        return self.lease.token
+
+    @property
+    def expires_at(self) -> int:
+        return self.lease.expires_at
 
     @classmethod
     def acquire(cls, store: Store, key: str, worker: str, ttl_ms: int) -> Claim:
         leases = leases_of(store.backend)
         now = store.now()
-        current = store.call(lambda: leases.load(key))
-        if current is not None:
-            holder, _, expires = _holder(current)
-            if expires > now:
-                raise ClaimedError(
-                    f"run {key!r} is claimed by worker {holder!r} for another "
-                    f"{(expires - now) / 1000:.1f} s",
-                    key=key,
-                    worker=holder,
-                )
-        token = uuid.uuid4().hex
-        expires_at = now + ttl_ms
+        found = store.call(lambda: leases.load(key))
+        current = None if found is None else Lease.of(found.summary)
+        if current is not None and current.expires_at > now:
+            raise ClaimedError(
+                f"run {key!r} is claimed by worker {current.worker!r} for another "
+                f"{(current.expires_at - now) / 1000:.1f} s",
+                key=key,
+                worker=current.worker,
+            )
+        lease = Lease(key, worker, uuid.uuid4().hex, now + ttl_ms)
         try:
-            lease = store.call(
+            saved = store.call(
                 lambda: leases.save(
-                    _lease_record(key, worker, token, expires_at),
-                    expect_revision=current.summary.revision if current is not None else None,
+                    lease.record(),
+                    expect_revision=current.revision if current is not None else None,
                     create_only=current is None,
                 )
             )
         except ConflictError as exc:
             raise ClaimedError(f"run {key!r} was claimed by another worker first", key=key) from exc
-        claim = cls(store, key, worker, token, expires_at, lease.revision, 0)
+        claim = cls(store, replace(lease, revision=saved.revision), 0)
         try:
             claim.fence = claim._bump()
         except BaseException:
@@ -139,16 +181,17 @@ class Claim:
         raise LeaseError(f"run {self.key!r} kept changing while it was being claimed", key=self.key)
 
     def _check(self) -> None:
-        lease = self.store.call(lambda: leases_of(self.store.backend).load(self.key))
+        found = self.store.call(lambda: leases_of(self.store.backend).load(self.key))
         if self._released:
             raise LeaseError(f"the claim on {self.key!r} was released", key=self.key)
-        if lease is None or lease.summary.run_id != self.token:
+        stored = None if found is None else Lease.of(found.summary)
+        if stored is None or stored.token != self.token:
             raise LeaseError(
                 f"the claim of worker {self.worker!r} on {self.key!r} was taken over; "
                 "nothing was written",
                 key=self.key,
             )
-        if lease.summary.saved_at <= self.store.now():
+        if stored.expires_at <= self.store.now():
             raise LeaseError(
                 f"the claim of worker {self.worker!r} on {self.key!r} expired; nothing was written",
                 key=self.key,
@@ -176,18 +219,15 @@ class Claim:
     def renew(self, ttl: float) -> None:
         """Extend the lease to ``ttl`` seconds from now; ``LeaseError`` if it was lost."""
         self._check()
-        expires_at = self.store.now() + int(ttl * 1000)
+        renewed = replace(self.lease, expires_at=self.store.now() + int(ttl * 1000))
         leases = leases_of(self.store.backend)
         try:
             saved = self.store.call(
-                lambda: leases.save(
-                    _lease_record(self.key, self.worker, self.token, expires_at),
-                    expect_revision=self._lease_rev,
-                )
+                lambda: leases.save(renewed.record(), expect_revision=self.lease.revision)
             )
         except ConflictError as exc:
             raise LeaseError(f"the claim on {self.key!r} was taken over", key=self.key) from exc
-        self._lease_rev, self.expires_at = saved.revision, expires_at
+        self.lease = replace(renewed, revision=saved.revision)
 
     def release(self) -> None:
         """Give the run up; idempotent, and harmless if the lease was already taken over."""
@@ -196,7 +236,7 @@ class Claim:
         self._released = True
         leases = leases_of(self.store.backend)
         with contextlib.suppress(ConflictError):  # someone else holds it now: not ours to drop
-            self.store.call(lambda: leases.drop(self.key, expect_revision=self._lease_rev))
+            self.store.call(lambda: leases.drop(self.key, expect_revision=self.lease.revision))
 
     def __enter__(self) -> Claim:
         return self
@@ -217,6 +257,5 @@ def live_leases(store: Store, limit: int = 1000) -> list[LeaseInfo]:
     if callable(exists) and not store.call(lambda: exists(LEASES)):
         return []
     leases = leases_of(store.backend)
-    now = store.now()
-    found = store.call(lambda: leases.scan(Query(saved_since=now + 1, limit=limit)))
-    return [LeaseInfo(s.key, s.agent_id or "", s.saved_at) for s in found]
+    found = store.call(lambda: leases.scan(Lease.live_since(store.now(), limit)))
+    return [Lease.of(s).info() for s in found]

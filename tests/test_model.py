@@ -216,6 +216,31 @@ def test_a_read_checkpoint_types_its_history_on_first_use_and_round_trips_either
         untouched.no_such_field  # type: ignore[attr-defined]  # noqa: B018
 
 
+def test_typing_a_read_history_changes_nothing_the_checkpoint_holds() -> None:
+    checkpoint = RunCheckpoint.from_json(_document_with_history())
+    held = dict(vars(checkpoint))
+    history = checkpoint.history
+    assert vars(checkpoint) == held and all(held[k] is v for k, v in vars(checkpoint).items())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        checkpoint.history = history  # type: ignore[misc]
+    assert checkpoint.evolve(run_id="run-2").history == history
+
+
+def test_a_part_whose_runtime_order_does_not_name_each_key_once_is_refused() -> None:
+    from agent_checkpoint.model._struct import Struct, key
+
+    with pytest.raises(TypeError, match="RUNTIME_ORDER"):
+
+        @dataclasses.dataclass(frozen=True)
+        class Odd(Struct):
+            first: str = dataclasses.field(metadata=key("first"))
+            second: str = dataclasses.field(metadata=key("second"))
+            extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+            key_order: tuple[str, ...] | None = None
+
+            RUNTIME_ORDER = ("second", "second")
+
+
 def test_to_json_of_a_read_checkpoint_does_not_hand_out_its_own_messages() -> None:
     checkpoint = RunCheckpoint.from_json(_document_with_history())
     out = checkpoint.to_json()
@@ -300,3 +325,16 @@ def test_key_orders_past_the_remembered_ones_are_read_the_generic_way(
         assert (message.role, message.tool_call_id) == ("tool", "c1")
         assert orjson.dumps(message.to_json()) == orjson.dumps(doc)
     assert len(Message._SHAPES) == 2
+
+
+def test_a_read_part_does_not_change_when_the_caller_changes_its_json() -> None:
+    doc = _document_with_history()
+    doc["claimVerification"] = {"checked": ["a"]}
+    checkpoint = RunCheckpoint.from_json(doc)
+    call = checkpoint.history[1].tool_calls[0]  # type: ignore[index]
+    doc["history"][1]["toolCalls"][0]["args"]["q"] = "changed by the caller"
+    doc["history"][3]["futureKey"].append(3)
+    doc["claimVerification"]["checked"].append("b")
+    assert call.args == {"q": "x"}
+    assert checkpoint.history[3].extra == {"futureKey": [1, 2]}
+    assert checkpoint.claim_verification == {"checked": ["a"]}

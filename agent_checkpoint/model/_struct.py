@@ -1,5 +1,13 @@
 """The one mechanism every record part shares: typed fields, unknown keys kept, key order kept.
 
+Each field states its JSON key and codec once, as dataclass field metadata::
+
+    tool_call_id: str | None = field(default=None, metadata=key("toolCallId"))
+
+A class writes its keys in declaration order, or in ``RUNTIME_ORDER`` where the runtime's
+order differs from the order Python's positional arguments need (checked when the class is
+made: it names every key once).
+
 A part is read leniently: a known key whose value has an unexpected shape is kept verbatim with
 the unknown keys (the door validates only some fields, spec §3, and the rest must still round
 trip). Writing emits the keys in the order they were read; keys that were not read come after,
@@ -9,7 +17,7 @@ in the runtime's order (spec §2.1).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar
@@ -25,49 +33,83 @@ class Mismatch(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class Codec:
+    """How a field's value is read from JSON and written back. ``decode`` raises ``Mismatch``
+    for a value of another shape; ``encode`` is ``None`` when the value is its own JSON."""
+
+    decode: Callable[[Json], Any]
+    encode: Callable[[Any], Json] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Field:
+    """One JSON key of a part: the attribute that holds it and its codec."""
+
     key: str
     attr: str
-    decode: Callable[[Json], Any]
-    encode: Callable[[Any], Json]
+    codec: Codec
 
 
-def same(value: Json) -> Json:
-    return value
+_META = "agent_checkpoint.json"
 
 
-def text(value: Json) -> str:
+def key(name: str, codec: Codec | None = None) -> Mapping[str, Any]:
+    """Field metadata: the field is JSON key ``name``, read and written by ``codec`` (a
+    string when not given)."""
+    return MappingProxyType({_META: (name, TEXT if codec is None else codec)})
+
+
+def _text(value: Json) -> str:
     if not isinstance(value, str):
         raise Mismatch
     return value
 
 
-def number(value: Json) -> int | float:
+def _number(value: Json) -> int | float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise Mismatch
     return value
 
 
-def boolean(value: Json) -> bool:
+def _boolean(value: Json) -> bool:
     if not isinstance(value, bool):
         raise Mismatch
     return value
 
 
-def obj(value: Json) -> JsonObject:
-    if not isinstance(value, dict):
-        raise Mismatch
+_ATOMS = frozenset((str, int, float, bool, type(None)))
+
+
+def copied(value: Json) -> Json:
+    """A copy of a JSON value's dicts and lists that shares its other (immutable) values."""
+    if isinstance(value, dict):
+        return {k: v if type(v) in _ATOMS else copied(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [v if type(v) in _ATOMS else copied(v) for v in value]
     return value
 
 
-def strings(value: Json) -> tuple[str, ...]:
+def _object(value: Json) -> JsonObject:
+    if not isinstance(value, dict):
+        raise Mismatch
+    # A copy: a part must not change when the caller changes the dict it was read from (a
+    # tool call's arguments changed in place would otherwise still equal what was stored).
+    copy: JsonObject = copied(value)
+    return copy
+
+
+def _strings(value: Json) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise Mismatch
     return tuple(value)
 
 
-def listed(value: tuple[Any, ...]) -> list[Any]:
-    return list(value)
+TEXT = Codec(_text)
+NUMBER = Codec(_number)
+BOOLEAN = Codec(_boolean)
+OBJECT = Codec(_object)
+STRINGS = Codec(_strings, list)
+"""A JSON array of strings, held as a tuple."""
 
 
 S = TypeVar("S", bound="Struct")
@@ -82,40 +124,51 @@ Reader = Callable[[JsonObject], Any]
 """Reads an object of one key order into an instance, or returns ``None`` (read it the
 generic way) when a value is not of the expected type."""
 
+_new = object.__new__
+_set_state = object.__setattr__
+
 
 def _reader(cls: type, order: tuple[str, ...], fields: list[Field]) -> Reader:
-    """A function, compiled for this key order, that checks each value and fills a new
-    instance's ``__dict__`` at once: the loop over fields, unrolled (as ``dataclasses``
-    compiles ``__init__``)."""
-    values = [f"v{i}" for i in range(len(fields))]
-    body = [f"    {', '.join(values)}, = data.values()"]
-    state = []
-    for i, f in enumerate(fields):
-        if f.decode is text:
-            body.append(f"    if type(v{i}) is not str: return None")
-            state.append(f"{f.attr!r}: v{i}")
-        else:
-            body.append(f"    if v{i} is None: return None")
-            body.append(f"    try: d{i} = decode{i}(v{i})")
-            body.append("    except Mismatch: return None")
-            state.append(f"{f.attr!r}: d{i}")
-    state += ["'extra': NO_EXTRA", "'key_order': ORDER"]
-    body.append("    instance = new(cls)")
-    body.append(f"    set_state(instance, '__dict__', {{{', '.join(state)}}})")
-    body.append("    return instance")
-    namespace: dict[str, Any] = {
-        "cls": cls,
-        "ORDER": order,
-        "NO_EXTRA": NO_EXTRA,
-        "Mismatch": Mismatch,
-        "new": object.__new__,
-        "set_state": object.__setattr__,
-        **{f"decode{i}": f.decode for i, f in enumerate(fields)},
-    }
-    # Only our own field names enter the source; the keys read stay data (ORDER).
-    exec("def read(data):\n" + "\n".join(body), namespace)
-    reader: Reader = namespace["read"]
-    return reader
+    """A function for objects with exactly the keys ``order``: it checks each value and fills
+    a new instance's ``__dict__`` in one step (a frozen dataclass's ``__init__`` sets each
+    field through ``object.__setattr__``, which would cost most of a read)."""
+    attrs = tuple(f.attr for f in fields)
+    decoded = tuple((f.attr, f.codec.decode) for f in fields if f.codec is not TEXT)
+    if not decoded:  # strings only (most messages): one C-level pass checks their types
+        strings = (str,) * len(fields)
+
+        def read_strings(data: JsonObject) -> Any:
+            values = data.values()
+            if tuple(map(type, values)) != strings:
+                return None
+            instance: Any = _new(cls)
+            state = dict(zip(attrs, values), extra=NO_EXTRA, key_order=order)  # noqa: B905
+            _set_state(instance, "__dict__", state)
+            return instance
+
+        return read_strings
+
+    texts = tuple(i for i, f in enumerate(fields) if f.codec is TEXT)
+
+    def read(data: JsonObject) -> Any:
+        values = tuple(data.values())
+        for i in texts:
+            if type(values[i]) is not str:
+                return None
+        state = dict(zip(attrs, values), extra=NO_EXTRA, key_order=order)  # noqa: B905
+        for attr, decode in decoded:
+            value = state[attr]
+            if value is None:
+                return None
+            try:
+                state[attr] = decode(value)
+            except Mismatch:
+                return None
+        instance: Any = _new(cls)
+        _set_state(instance, "__dict__", state)
+        return instance
+
+    return read
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,40 +180,66 @@ class _Build:
     direct: bool  # instances have a __dict__: fill it in one update
 
 
-def _build_plan(cls: type) -> _Build:
+def _declared(cls: type) -> list[tuple[str, dataclasses.Field[Any]]]:
+    """The class's own dataclass fields, in declaration order. ``__init_subclass__`` runs
+    before ``@dataclass`` has processed the class (the fields are still the class body's
+    ``field()`` values), and again on the class ``slots=True`` makes (processed by then)."""
+    processed = cls.__dict__.get("__dataclass_fields__")
+    if processed is not None:
+        return list(processed.items())
+    body = cls.__dict__
+    return [
+        (name, body[name])
+        for name in body.get("__annotations__", {})
+        if isinstance(body.get(name), dataclasses.Field)
+    ]
+
+
+def _fields_of(cls: type) -> tuple[tuple[Field, ...], _Build]:
+    fields: list[Field] = []
     required, factories = [], []
-    for f in dataclasses.fields(cls):
-        if f.name in ("extra", "key_order"):
-            continue
+    for name, f in _declared(cls):
+        if _META not in f.metadata:
+            continue  # extra, key_order
+        json_key, codec = f.metadata[_META]
+        fields.append(Field(json_key, name, codec))
         if f.default_factory is not dataclasses.MISSING:
-            factories.append((f.name, f.default_factory))
+            factories.append((name, f.default_factory))
         elif f.default is dataclasses.MISSING:
-            required.append(f.name)
-    return _Build(tuple(required), tuple(factories), "__dict__" in dir(cls))
+            required.append(name)
+    order: tuple[str, ...] | None = cls.__dict__.get("RUNTIME_ORDER")
+    if order is not None:
+        by_key = {f.key: f for f in fields}
+        if sorted(order) != sorted(by_key):
+            raise TypeError(f"{cls.__name__}.RUNTIME_ORDER must name each JSON key once")
+        fields = [by_key[k] for k in order]
+    direct = "__slots__" not in cls.__dict__
+    return tuple(fields), _Build(tuple(required), tuple(factories), direct)
 
 
 class Struct:
-    """Base of every record part. Subclasses are frozen dataclasses that declare ``FIELDS`` in
-    the runtime's key order and end with ``extra`` and ``key_order``. Parts a history holds
+    """Base of every record part. Subclasses are frozen dataclasses whose JSON fields carry
+    ``key()`` metadata and that end with ``extra`` and ``key_order``. Parts a history holds
     many of (messages, tool calls) are not slotted, so ``from_json`` can fill an instance's
-    ``__dict__`` in one step: a frozen dataclass's ``__init__`` sets each field through
-    ``object.__setattr__``, which costs most of a decode."""
+    ``__dict__`` in one step."""
 
     __slots__ = ()
+    RUNTIME_ORDER: ClassVar[tuple[str, ...] | None] = None
     FIELDS: ClassVar[tuple[Field, ...]] = ()
+    """The JSON fields in the runtime's key order (derived from the declarations)."""
     _BY_KEY: ClassVar[Mapping[str, Field]] = {}
     _ENCODE: ClassVar[tuple[tuple[str, str, Callable[[Any], Json] | None], ...]] = ()
     _SHAPES: ClassVar[dict[tuple[str, ...], Reader | None]] = {}
+    _PLAN: ClassVar[_Build] = _Build((), (), False)
 
     extra: JsonObject
     key_order: tuple[str, ...] | None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls.FIELDS, cls._PLAN = _fields_of(cls)
         cls._BY_KEY = {f.key: f for f in cls.FIELDS}
-        cls._ENCODE = tuple(
-            (f.key, f.attr, None if f.encode is same else f.encode) for f in cls.FIELDS
-        )
+        cls._ENCODE = tuple((f.key, f.attr, f.codec.encode) for f in cls.FIELDS)
         cls._SHAPES = {}
 
     @classmethod
@@ -170,7 +249,7 @@ class Struct:
         shapes = cls._SHAPES
         try:
             reader = shapes[order]
-        except KeyError:  # a new key order: compiled once, while fewer than _SHAPES_KEPT are
+        except KeyError:  # a new key order: planned once, while fewer than _SHAPES_KEPT are
             reader = None
             if len(shapes) < _SHAPES_KEPT:
                 reader = shapes[order] = cls._shape(order)
@@ -181,7 +260,7 @@ class Struct:
         return cls._from_any(data, order)
 
     @classmethod
-    def from_json_many(cls: type[S], items: list[JsonObject]) -> tuple[S, ...]:
+    def from_json_many(cls: type[S], items: Sequence[JsonObject]) -> tuple[S, ...]:
         """``from_json`` of each of ``items``, as a tuple: the same instances, without a
         method call per item (a history holds thousands of parts of a handful of shapes)."""
         shapes = cls._SHAPES
@@ -198,7 +277,7 @@ class Struct:
         """How to read objects with exactly these keys, in this order, without the generic
         loop; ``None`` when some key is unknown, a required one is missing, or instances
         have no ``__dict__`` or need a default made per instance."""
-        plan = cls._plan()
+        plan = cls._PLAN
         by_key = cls._BY_KEY
         if not plan.direct or any(k not in by_key for k in order):
             return None
@@ -209,43 +288,27 @@ class Struct:
         return _reader(cls, order, [by_key[k] for k in order])
 
     @classmethod
-    def _plan(cls) -> _Build:
-        """This class's ``_Build``, worked out once."""
-        plan: _Build | None = cls.__dict__.get("_PLAN")
-        if plan is None:
-            plan = _build_plan(cls)
-            cls._PLAN = plan  # type: ignore[attr-defined]
-        return plan
-
-    @classmethod
     def _from_any(cls: type[S], data: JsonObject, order: tuple[str, ...]) -> S:
         """``from_json`` for any object: unknown keys and values of another shape kept."""
         by_key = cls._BY_KEY
         kwargs: dict[str, Any] = {}
         extra: dict[str, Json] = {}
-        for key, value in data.items():
-            field = by_key.get(key)
+        for name, value in data.items():
+            field = by_key.get(name)
             if field is None or value is None:
-                extra[key] = value
-                continue
-            decode = field.decode
-            if decode is text:  # the commonest field, checked inline
-                if isinstance(value, str):
-                    kwargs[field.attr] = value
-                else:
-                    extra[key] = value
+                extra[name] = copied(value)
                 continue
             try:
-                kwargs[field.attr] = decode(value)
+                kwargs[field.attr] = field.codec.decode(value)
             except Mismatch:
-                extra[key] = value
+                extra[name] = copied(value)
         return cls._build(kwargs, extra, order)
 
     @classmethod
     def _build(
         cls: type[S], kwargs: dict[str, Any], extra: dict[str, Json], key_order: tuple[str, ...]
     ) -> S:
-        plan = cls._plan()
+        plan = cls._PLAN
         if not plan.direct:
             try:
                 return cls(**kwargs, extra=extra, key_order=key_order)  # type: ignore[call-arg]
@@ -260,53 +323,69 @@ class Struct:
         kwargs["extra"] = extra
         kwargs["key_order"] = key_order
         instance = object.__new__(cls)
-        instance.__dict__.update(kwargs)  # the other fields' defaults are class attributes
+        _set_state(instance, "__dict__", kwargs)  # absent fields' defaults are class attributes
         return instance
 
     def to_json(self) -> dict[str, Json]:
         """The JSON object, keys in read order, then the remaining ones in the runtime's order."""
+        return self._json(self.__getattribute__)
+
+    def _json(self, stored: Callable[[str], Any]) -> dict[str, Json]:
+        """``to_json`` with ``stored(attr)`` giving the value to write for each attribute."""
         out: dict[str, Json] = {}
         extra = self.extra
         if not self.key_order and not extra:  # built in code: the runtime's order
-            for key, attr, encode in self._ENCODE:
-                value = getattr(self, attr)
+            for name, attr, encode in self._ENCODE:
+                value = stored(attr)
                 if value is not None:
-                    out[key] = value if encode is None else encode(value)
+                    out[name] = value if encode is None else encode(value)
             return out
         by_key = self._BY_KEY
-        for key in self.key_order or ():
-            field = by_key.get(key)
+        for name in self.key_order or ():
+            field = by_key.get(name)
             if field is not None:
-                value = getattr(self, field.attr)
+                value = stored(field.attr)
                 if value is not None:
-                    out[key] = field.encode(value)
+                    encode = field.codec.encode
+                    out[name] = value if encode is None else encode(value)
                     continue
-            if key in extra:
-                out[key] = extra[key]
-        for field in self.FIELDS:
-            if field.key not in out:
-                value = getattr(self, field.attr)
+            if name in extra:
+                out[name] = extra[name]
+        for name, attr, encode in self._ENCODE:
+            if name not in out:
+                value = stored(attr)
                 if value is not None:
-                    out[field.key] = field.encode(value)
-        for key, value in extra.items():
-            if key not in out:
-                out[key] = value
+                    out[name] = value if encode is None else encode(value)
+        for name, value in extra.items():
+            if name not in out:
+                out[name] = value
         return out
 
 
-def part(cls: type[S]) -> Callable[[Json], S]:
-    def decode(value: Json) -> S:
+def _encode_part(value: Struct) -> Json:
+    return value.to_json()
+
+
+def _encode_parts(values: tuple[Struct, ...]) -> Json:
+    return [v.to_json() for v in values]
+
+
+def part(cls: type[Struct]) -> Codec:
+    """A JSON object read as a ``cls``."""
+
+    def decode(value: Json) -> Struct:
         if not isinstance(value, dict):
             raise Mismatch
         return cls.from_json(value)
 
-    return decode
+    return Codec(decode, _encode_part)
 
 
-def parts(cls: type[S]) -> Callable[[Json], tuple[S, ...]]:
+def parts(cls: type[Struct]) -> Codec:
+    """A JSON array of objects read as a tuple of ``cls``."""
     read_all = cls.from_json_many
 
-    def decode(value: Json) -> tuple[S, ...]:
+    def decode(value: Json) -> tuple[Struct, ...]:
         if not isinstance(value, list):
             raise Mismatch
         for v in value:
@@ -314,12 +393,4 @@ def parts(cls: type[S]) -> Callable[[Json], tuple[S, ...]]:
                 raise Mismatch
         return read_all(value)
 
-    return decode
-
-
-def encode_part(value: Struct) -> Json:
-    return value.to_json()
-
-
-def encode_parts(values: tuple[Struct, ...]) -> Json:
-    return [v.to_json() for v in values]
+    return Codec(decode, _encode_parts)

@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from ._history import TYPED
 from ._struct import (
-    Field,
+    NUMBER,
+    OBJECT,
+    STRINGS,
+    Codec,
     Json,
     JsonObject,
     Mismatch,
     Struct,
-    encode_part,
-    encode_parts,
-    listed,
-    number,
-    obj,
+    copied,
+    key,
     part,
     parts,
-    same,
-    strings,
-    text,
 )
 from .messages import Message
 
@@ -34,83 +33,59 @@ Phase = Literal["iteration", "tool", "llm", "unknown"]
 
 @dataclass(frozen=True, slots=True)
 class OriginalInput(Struct):
-    message: str
+    message: str = field(metadata=key("message"))
     extra: JsonObject = field(default_factory=dict, repr=False)
     key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
-
-    FIELDS = (Field("message", "message", text, same),)
 
 
 @dataclass(frozen=True, slots=True)
 class FailurePoint(Struct):
     """Where a run failed (spec §2.7). ``stage`` is ``'call-llm'`` or a declared tool name."""
 
-    iteration: int | float
-    phase: str
-    stage: str | None = None
+    iteration: int | float = field(metadata=key("iteration", NUMBER))
+    phase: str = field(metadata=key("phase"))
+    stage: str | None = field(default=None, metadata=key("stage"))
     extra: JsonObject = field(default_factory=dict, repr=False)
     key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
-
-    FIELDS = (
-        Field("iteration", "iteration", number, same),
-        Field("phase", "phase", text, same),
-        Field("stage", "stage", text, same),
-    )
 
 
 @dataclass(frozen=True, slots=True)
 class FoldedSpan(Struct):
     """A span of history folded into a summary; joined to it by ``summary_fingerprint``."""
 
-    summary_fingerprint: str
-    run_id: str
-    iteration: int | float
-    folded_at_ms: int | float
-    model: str
-    message_count: int | float
-    removed_stage_ids: tuple[str, ...]
-    retained: str
-    messages: tuple[Message, ...] | None = None
+    summary_fingerprint: str = field(metadata=key("summaryFingerprint"))
+    run_id: str = field(metadata=key("runId"))
+    iteration: int | float = field(metadata=key("iteration", NUMBER))
+    folded_at_ms: int | float = field(metadata=key("foldedAtMs", NUMBER))
+    model: str = field(metadata=key("model"))
+    message_count: int | float = field(metadata=key("messageCount", NUMBER))
+    removed_stage_ids: tuple[str, ...] = field(metadata=key("removedStageIds", STRINGS))
+    retained: str = field(metadata=key("retained"))
+    messages: tuple[Message, ...] | None = field(
+        default=None, metadata=key("messages", parts(Message))
+    )
     extra: JsonObject = field(default_factory=dict, repr=False)
     key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
-
-    FIELDS = (
-        Field("summaryFingerprint", "summary_fingerprint", text, same),
-        Field("runId", "run_id", text, same),
-        Field("iteration", "iteration", number, same),
-        Field("foldedAtMs", "folded_at_ms", number, same),
-        Field("model", "model", text, same),
-        Field("messageCount", "message_count", number, same),
-        Field("removedStageIds", "removed_stage_ids", strings, listed),
-        Field("retained", "retained", text, same),
-        Field("messages", "messages", parts(Message), encode_parts),
-    )
 
 
 @dataclass(frozen=True, slots=True)
 class Identity(Struct):
     """``MemoryIdentity``: who a conversation belongs to. ``principal`` is the store's owner."""
 
-    conversation_id: str
-    tenant: str | None = None
-    principal: str | None = None
+    conversation_id: str = field(metadata=key("conversationId"))
+    tenant: str | None = field(default=None, metadata=key("tenant"))
+    principal: str | None = field(default=None, metadata=key("principal"))
     extra: JsonObject = field(default_factory=dict, repr=False)
     key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
 
-    FIELDS = (
-        Field("tenant", "tenant", text, same),
-        Field("principal", "principal", text, same),
-        Field("conversationId", "conversation_id", text, same),
-    )
+    RUNTIME_ORDER = ("tenant", "principal", "conversationId")
 
 
 @dataclass(frozen=True, slots=True)
 class AgentRef(Struct):
-    id: str
+    id: str = field(metadata=key("id"))
     extra: JsonObject = field(default_factory=dict, repr=False)
     key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
-
-    FIELDS = (Field("id", "id", text, same),)
 
 
 def _spent(value: Json) -> Literal[True]:
@@ -125,49 +100,77 @@ def _pending(value: Json) -> str:
     return str(value["instruction"])
 
 
+def _instruction(value: str) -> Json:
+    return {"instruction": value}
+
+
 @dataclass(frozen=True, slots=True)
 class EvidenceRecovery(Struct):
     """The same request's spent repair budget and any instruction not yet sent (spec §2.5)."""
 
-    revision_spent: Literal[True] = True
-    pending_instruction: str | None = None
+    revision_spent: Literal[True] = field(
+        default=True, metadata=key("revisionSpent", Codec(_spent))
+    )
+    pending_instruction: str | None = field(
+        default=None, metadata=key("pending", Codec(_pending, _instruction))
+    )
     extra: JsonObject = field(default_factory=dict, repr=False)
     key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
-
-    FIELDS = (
-        Field("revisionSpent", "revision_spent", _spent, same),
-        Field("pending", "pending_instruction", _pending, lambda s: {"instruction": s}),
-    )
 
 
 def _rows(value: Json) -> tuple[JsonObject, ...]:
     if not isinstance(value, list):
         raise Mismatch
-    return tuple(value)
+    return tuple(copied(value))
+
+
+_TYPING = threading.Lock()
 
 
 class _Unread:
-    """A history as read, kept as JSON until the checkpoint's ``history`` is first used."""
+    """A history as read: its messages' JSON, typed on first use, once. Typing goes through
+    ``_history.TYPED``, so a history that extends one typed before reuses its messages."""
 
-    __slots__ = ("messages",)
+    __slots__ = ("_typed", "messages")
 
-    def __init__(self, messages: list[JsonObject]) -> None:
+    def __init__(self, messages: tuple[JsonObject, ...]) -> None:
         self.messages = messages
+        self._typed: tuple[Message, ...] | None = None
+
+    def typed(self, conversation: str) -> tuple[Message, ...]:
+        typed = self._typed
+        if typed is None:
+            typed = TYPED.type(self.messages, conversation)
+            with _TYPING:  # threads typing at once all get the first one's messages
+                if self._typed is None:
+                    self._typed = typed
+                typed = self._typed
+        return typed
+
+    def to_json(self) -> Json:
+        if self._typed is not None:
+            return [m.to_json() for m in self._typed]
+        return [dict(m) for m in self.messages]
 
 
-def _history(value: Json) -> _Unread:
+def _read_history(value: Json) -> _Unread:
     if not isinstance(value, list):
         raise Mismatch
-    for m in value:  # a loop, not all(): a history holds thousands
-        if not isinstance(m, dict):
-            raise Mismatch
-    return _Unread(value)
+    if not {dict}.issuperset(map(type, value)):  # in C: a history holds thousands
+        for m in value:  # dict subclasses are dicts too
+            if not isinstance(m, dict):
+                raise Mismatch
+    return _Unread(tuple(value))
 
 
-def _encode_history(value: tuple[Message, ...] | _Unread) -> Json:
+def _write_history(value: tuple[Message, ...] | _Unread) -> Json:
     if isinstance(value, _Unread):
-        return [dict(m) for m in value.messages]
+        return value.to_json()
     return [m.to_json() for m in value]
+
+
+def _listed(value: tuple[JsonObject, ...]) -> Json:
+    return list(value)
 
 
 _run_counter = itertools.count(1)
@@ -193,43 +196,62 @@ class RunCheckpoint(Struct):
 
     A checkpoint read from JSON types its ``history`` on first use: the messages were
     validated on the way in, and a read that only looks at the run's state (its failure
-    point, iteration, owner) need not build a thousand ``Message`` values.
+    point, iteration, owner) need not build a thousand ``Message`` values. Until then it
+    holds the history's JSON (``_Unread``, set when the checkpoint is made, never replaced)
+    and writes that back as read. A history that extends one typed before in this process
+    types only the messages past it, and shares the earlier ones' ``Message`` objects, so a
+    put after every message costs what the same loop with ``Message`` values costs
+    (``_history.py`` says how, and why).
     """
 
-    run_id: str
-    history: tuple[Message, ...]
-    last_completed_iteration: int | float
-    original_input: OriginalInput
-    version: int = CHECKPOINT_VERSION
-    checkpointed_at: int | float | None = None
-    failure_point: FailurePoint | None = None
-    folded: tuple[FoldedSpan, ...] | None = None
-    identity: Identity | None = None
-    agent: AgentRef | None = None
-    skill_cursor: str | None = None
-    evidence_recovery: EvidenceRecovery | None = None
-    findings_ledger: tuple[JsonObject, ...] | None = None
-    turn_number: int | None = None
-    claim_verification: JsonObject | None = None
+    run_id: str = field(metadata=key("runId"))
+    history: tuple[Message, ...] = field(
+        metadata=key("history", Codec(_read_history, _write_history))
+    )
+    last_completed_iteration: int | float = field(metadata=key("lastCompletedIteration", NUMBER))
+    original_input: OriginalInput = field(metadata=key("originalInput", part(OriginalInput)))
+    version: int = field(default=CHECKPOINT_VERSION, metadata=key("version", NUMBER))
+    checkpointed_at: int | float | None = field(
+        default=None, metadata=key("checkpointedAt", NUMBER)
+    )
+    failure_point: FailurePoint | None = field(
+        default=None, metadata=key("failurePoint", part(FailurePoint))
+    )
+    folded: tuple[FoldedSpan, ...] | None = field(
+        default=None, metadata=key("folded", parts(FoldedSpan))
+    )
+    identity: Identity | None = field(default=None, metadata=key("identity", part(Identity)))
+    agent: AgentRef | None = field(default=None, metadata=key("agent", part(AgentRef)))
+    skill_cursor: str | None = field(default=None, metadata=key("skillCursor"))
+    evidence_recovery: EvidenceRecovery | None = field(
+        default=None, metadata=key("evidenceRecovery", part(EvidenceRecovery))
+    )
+    findings_ledger: tuple[JsonObject, ...] | None = field(
+        default=None, metadata=key("findingsLedger", Codec(_rows, _listed))
+    )
+    turn_number: int | None = field(default=None, metadata=key("turnNumber", NUMBER))
+    claim_verification: JsonObject | None = field(
+        default=None, metadata=key("claimVerification", OBJECT)
+    )
     extra: JsonObject = field(default_factory=dict, repr=False)
     key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
 
-    FIELDS = (
-        Field("version", "version", number, same),
-        Field("runId", "run_id", text, same),
-        Field("history", "history", _history, _encode_history),
-        Field("lastCompletedIteration", "last_completed_iteration", number, same),
-        Field("originalInput", "original_input", part(OriginalInput), encode_part),
-        Field("checkpointedAt", "checkpointed_at", number, same),
-        Field("failurePoint", "failure_point", part(FailurePoint), encode_part),
-        Field("folded", "folded", parts(FoldedSpan), encode_parts),
-        Field("identity", "identity", part(Identity), encode_part),
-        Field("agent", "agent", part(AgentRef), encode_part),
-        Field("skillCursor", "skill_cursor", text, same),
-        Field("evidenceRecovery", "evidence_recovery", part(EvidenceRecovery), encode_part),
-        Field("findingsLedger", "findings_ledger", _rows, listed),
-        Field("turnNumber", "turn_number", number, same),
-        Field("claimVerification", "claim_verification", obj, same),
+    RUNTIME_ORDER = (
+        "version",
+        "runId",
+        "history",
+        "lastCompletedIteration",
+        "originalInput",
+        "checkpointedAt",
+        "failurePoint",
+        "folded",
+        "identity",
+        "agent",
+        "skillCursor",
+        "evidenceRecovery",
+        "findingsLedger",
+        "turnNumber",
+        "claimVerification",
     )
 
     @classmethod
@@ -252,32 +274,10 @@ class RunCheckpoint(Struct):
             **optional,
         )
 
-    @classmethod
-    def from_json(cls, data: JsonObject) -> RunCheckpoint:
-        checkpoint = super().from_json(data)
-        state = checkpoint.__dict__
-        if isinstance(state.get("history"), _Unread):
-            state["_unread"] = state.pop("history")
-        return checkpoint
-
-    if not TYPE_CHECKING:  # for mypy, ``history`` is the plain field it declares
-
-        def __getattr__(self, name: str) -> Any:
-            state = self.__dict__
-            if name != "history" or "_unread" not in state:
-                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-            history = Message.from_json_many(state["_unread"].messages)
-            state["history"] = history  # frozen for callers; filled once, by the reader
-            return history
-
     def to_json(self) -> dict[str, Json]:
         state = self.__dict__
-        if "history" in state or "_unread" not in state:
-            return super().to_json()
-        twin = object.__new__(RunCheckpoint)  # private: the history stays as it was read
-        twin.__dict__.update(state)
-        twin.__dict__["history"] = state["_unread"]
-        return twin.to_json()
+        # The history as held (its JSON while unread), not the typed attribute.
+        return self._json(lambda attr: state[attr] if attr == "history" else getattr(self, attr))
 
     @property
     def default_key(self) -> str:
@@ -293,3 +293,24 @@ class RunCheckpoint(Struct):
     def evolve(self, **changes: Any) -> RunCheckpoint:
         """A copy with ``changes`` applied (``dataclasses.replace``)."""
         return replace(self, **changes)
+
+
+class _History:
+    """``RunCheckpoint.history``: the typed messages, whether the checkpoint was made with
+    them or read from JSON (``_Unread``). The value itself is set once, by ``__init__`` or by
+    ``from_json``, in the instance's ``__dict__``; the frozen dataclass refuses any later
+    assignment before it reaches ``__set__``."""
+
+    def __get__(self, obj: RunCheckpoint | None, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        held = obj.__dict__["history"]
+        return held.typed(obj.default_key) if type(held) is _Unread else held
+
+    def __set__(self, obj: RunCheckpoint, value: tuple[Message, ...]) -> None:
+        obj.__dict__["history"] = value
+
+
+# Installed once the dataclass is made, so that ``history`` stays a plain required field
+# (declared above with its JSON key) for ``__init__``, ``replace`` and type checkers.
+setattr(RunCheckpoint, "history", _History())  # noqa: B010

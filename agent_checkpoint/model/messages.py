@@ -5,21 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ._struct import (
-    Field,
-    Json,
-    JsonObject,
-    Struct,
-    boolean,
-    encode_part,
-    encode_parts,
-    number,
-    obj,
-    part,
-    parts,
-    same,
-    text,
-)
+from ._struct import BOOLEAN, NUMBER, OBJECT, Json, JsonObject, Struct, key, part, parts
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -28,57 +14,37 @@ Role = Literal["system", "user", "assistant", "tool"]
 class ToolCall(Struct):
     """One call an assistant message makes: ``args`` is the decoded argument object."""
 
-    id: str
-    name: str
-    args: JsonObject = field(default_factory=dict)
-    provider_meta: JsonObject | None = None
+    id: str = field(metadata=key("id"))
+    name: str = field(metadata=key("name"))
+    args: JsonObject = field(default_factory=dict, metadata=key("args", OBJECT))
+    provider_meta: JsonObject | None = field(default=None, metadata=key("providerMeta", OBJECT))
     extra: JsonObject = field(default_factory=dict, repr=False)
     key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
-
-    FIELDS = (
-        Field("id", "id", text, same),
-        Field("name", "name", text, same),
-        Field("args", "args", obj, same),
-        Field("providerMeta", "provider_meta", obj, same),
-    )
 
 
 @dataclass(frozen=True)
 class ThinkingBlock(Struct):
     """Model reasoning carried byte-exact, because Anthropic signatures must round-trip."""
 
-    type: Literal["thinking", "redacted_thinking"]
-    content: str
-    signature: str | None = None
-    summary: bool | None = None
-    provider_meta: JsonObject | None = None
+    type: Literal["thinking", "redacted_thinking"] = field(metadata=key("type"))
+    content: str = field(metadata=key("content"))
+    signature: str | None = field(default=None, metadata=key("signature"))
+    summary: bool | None = field(default=None, metadata=key("summary", BOOLEAN))
+    provider_meta: JsonObject | None = field(default=None, metadata=key("providerMeta", OBJECT))
     extra: JsonObject = field(default_factory=dict, repr=False)
     key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
-
-    FIELDS = (
-        Field("type", "type", text, same),
-        Field("content", "content", text, same),
-        Field("signature", "signature", text, same),
-        Field("summary", "summary", boolean, same),
-        Field("providerMeta", "provider_meta", obj, same),
-    )
 
 
 @dataclass(frozen=True, slots=True)
 class InjectedBy(Struct):
-    injection_id: str
-    flavor: str
-    iteration: int | float
-    reason: str | None = None
+    injection_id: str = field(metadata=key("injectionId"))
+    flavor: str = field(metadata=key("flavor"))
+    iteration: int | float = field(metadata=key("iteration", NUMBER))
+    reason: str | None = field(default=None, metadata=key("reason"))
     extra: JsonObject = field(default_factory=dict, repr=False)
     key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
 
-    FIELDS = (
-        Field("injectionId", "injection_id", text, same),
-        Field("flavor", "flavor", text, same),
-        Field("reason", "reason", text, same),
-        Field("iteration", "iteration", number, same),
-    )
+    RUNTIME_ORDER = ("injectionId", "flavor", "reason", "iteration")
 
 
 # Not slotted, like the parts above: ``Struct.from_json`` fills an instance's __dict__ in one
@@ -87,27 +53,22 @@ class InjectedBy(Struct):
 class Message(Struct):
     """One turn of history. ``content`` is always a string; tool-calling turns carry ``""``."""
 
-    role: str
-    content: str
-    tool_calls: tuple[ToolCall, ...] | None = None
-    tool_call_id: str | None = None
-    tool_name: str | None = None
-    thinking_blocks: tuple[ThinkingBlock, ...] | None = None
-    ephemeral: bool | None = None
-    injected_by: InjectedBy | None = None
+    role: str = field(metadata=key("role"))
+    content: str = field(metadata=key("content"))
+    tool_calls: tuple[ToolCall, ...] | None = field(
+        default=None, metadata=key("toolCalls", parts(ToolCall))
+    )
+    tool_call_id: str | None = field(default=None, metadata=key("toolCallId"))
+    tool_name: str | None = field(default=None, metadata=key("toolName"))
+    thinking_blocks: tuple[ThinkingBlock, ...] | None = field(
+        default=None, metadata=key("thinkingBlocks", parts(ThinkingBlock))
+    )
+    ephemeral: bool | None = field(default=None, metadata=key("ephemeral", BOOLEAN))
+    injected_by: InjectedBy | None = field(
+        default=None, metadata=key("injectedBy", part(InjectedBy))
+    )
     extra: JsonObject = field(default_factory=dict, repr=False)
     key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
-
-    FIELDS = (
-        Field("role", "role", text, same),
-        Field("content", "content", text, same),
-        Field("toolCalls", "tool_calls", parts(ToolCall), encode_parts),
-        Field("toolCallId", "tool_call_id", text, same),
-        Field("toolName", "tool_name", text, same),
-        Field("thinkingBlocks", "thinking_blocks", parts(ThinkingBlock), encode_parts),
-        Field("ephemeral", "ephemeral", boolean, same),
-        Field("injectedBy", "injected_by", part(InjectedBy), encode_part),
-    )
 
     def to_json(self) -> dict[str, Json]:
         if self.extra or (self.key_order is not None and self.key_order not in _CANONICAL):
