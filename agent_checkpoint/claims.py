@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ from .errors import (
     NotFoundError,
     UnsupportedOperationError,
 )
+from .store_writes import Caller
 
 if TYPE_CHECKING:
     from .model import RunCheckpoint
@@ -105,11 +107,27 @@ class Lease:
         return LeaseInfo(self.key, self.worker, self.expires_at)
 
 
+@dataclass(frozen=True, slots=True)
+class Access:
+    """What a Store hands its claims (``Store.claim``, ``Store.claims``): its retry policy,
+    its clock and its backend. Claims read and write the run through the Store's public
+    methods and only their own records (the ``leases`` namespace, and the fence) here."""
+
+    call: Caller
+    now: Callable[[], int]
+    backend: Backend
+
+    @property
+    def leases(self) -> Backend:
+        return leases_of(self.backend)
+
+
 class Claim:
     """One worker's exclusive lease on a run. Use as a context manager to release on exit."""
 
-    def __init__(self, store: Store, lease: Lease, fence: int) -> None:
+    def __init__(self, store: Store, access: Access, lease: Lease, fence: int) -> None:
         self.store = store
+        self._access = access
         self.lease = lease
         """The lease as this claim last stored it."""
         self.fence = fence
@@ -133,10 +151,10 @@ class Claim:
         return self.lease.expires_at
 
     @classmethod
-    def acquire(cls, store: Store, key: str, worker: str, ttl_ms: int) -> Claim:
-        leases = leases_of(store.backend)
-        now = store.now()
-        found = store.call(lambda: leases.load(key))
+    def acquire(cls, store: Store, access: Access, key: str, worker: str, ttl_ms: int) -> Claim:
+        leases = access.leases
+        now = access.now()
+        found = access.call(lambda: leases.load(key))
         current = None if found is None else Lease.of(found.summary)
         if current is not None and current.expires_at > now:
             raise ClaimedError(
@@ -147,7 +165,7 @@ class Claim:
             )
         lease = Lease(key, worker, uuid.uuid4().hex, now + ttl_ms)
         try:
-            saved = store.call(
+            saved = access.call(
                 lambda: leases.save(
                     lease.record(),
                     expect_revision=current.revision if current is not None else None,
@@ -156,7 +174,7 @@ class Claim:
             )
         except ConflictError as exc:
             raise ClaimedError(f"run {key!r} was claimed by another worker first", key=key) from exc
-        claim = cls(store, replace(lease, revision=saved.revision), 0)
+        claim = cls(store, access, replace(lease, revision=saved.revision), 0)
         try:
             claim.fence = claim._bump()
         except BaseException:
@@ -165,14 +183,15 @@ class Claim:
         return claim
 
     def _bump(self) -> int:
-        """Rewrite the record unchanged so its revision moves past any stale writer's."""
-        backend = self.store.backend
+        """Rewrite the record unchanged so its revision moves past any stale writer's. The
+        stored bytes as they are (a record in pieces stays one, its pieces untouched)."""
+        backend, call = self._access.backend, self._access.call
         for _ in range(5):
-            record = self.store.call(lambda: backend.load(self.key))
+            record = call(lambda: backend.load(self.key))
             if record is None:
                 raise NotFoundError(f"no run stored under {self.key!r} to claim")
             try:
-                saved = self.store.call(
+                saved = call(
                     lambda r=record: backend.save(r, expect_revision=r.summary.revision)  # type: ignore[misc]
                 )
             except ConflictError:
@@ -181,7 +200,8 @@ class Claim:
         raise LeaseError(f"run {self.key!r} kept changing while it was being claimed", key=self.key)
 
     def _check(self) -> None:
-        found = self.store.call(lambda: leases_of(self.store.backend).load(self.key))
+        leases = self._access.leases
+        found = self._access.call(lambda: leases.load(self.key))
         if self._released:
             raise LeaseError(f"the claim on {self.key!r} was released", key=self.key)
         stored = None if found is None else Lease.of(found.summary)
@@ -191,7 +211,7 @@ class Claim:
                 "nothing was written",
                 key=self.key,
             )
-        if stored.expires_at <= self.store.now():
+        if stored.expires_at <= self._access.now():
             raise LeaseError(
                 f"the claim of worker {self.worker!r} on {self.key!r} expired; nothing was written",
                 key=self.key,
@@ -219,10 +239,10 @@ class Claim:
     def renew(self, ttl: float) -> None:
         """Extend the lease to ``ttl`` seconds from now; ``LeaseError`` if it was lost."""
         self._check()
-        renewed = replace(self.lease, expires_at=self.store.now() + int(ttl * 1000))
-        leases = leases_of(self.store.backend)
+        renewed = replace(self.lease, expires_at=self._access.now() + int(ttl * 1000))
+        leases = self._access.leases
         try:
-            saved = self.store.call(
+            saved = self._access.call(
                 lambda: leases.save(renewed.record(), expect_revision=self.lease.revision)
             )
         except ConflictError as exc:
@@ -234,9 +254,9 @@ class Claim:
         if self._released:
             return
         self._released = True
-        leases = leases_of(self.store.backend)
+        leases, call = self._access.leases, self._access.call
         with contextlib.suppress(ConflictError):  # someone else holds it now: not ours to drop
-            self.store.call(lambda: leases.drop(self.key, expect_revision=self.lease.revision))
+            call(lambda: leases.drop(self.key, expect_revision=self.lease.revision))
 
     def __enter__(self) -> Claim:
         return self
@@ -250,12 +270,12 @@ class Claim:
         self.release()
 
 
-def live_leases(store: Store, limit: int = 1000) -> list[LeaseInfo]:
+def live_leases(access: Access, limit: int = 1000) -> list[LeaseInfo]:
     """Claims not yet expired, soonest expiry last. A store that never had a claim is not
     changed by asking (no leases folder or table is made)."""
-    exists = getattr(store.backend, "namespace_exists", None)
-    if callable(exists) and not store.call(lambda: exists(LEASES)):
+    exists = getattr(access.backend, "namespace_exists", None)
+    if callable(exists) and not access.call(lambda: exists(LEASES)):
         return []
-    leases = leases_of(store.backend)
-    found = store.call(lambda: leases.scan(Lease.live_since(store.now(), limit)))
+    leases = access.leases
+    found = access.call(lambda: leases.scan(Lease.live_since(access.now(), limit)))
     return [Lease.of(s).info() for s in found]

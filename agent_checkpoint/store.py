@@ -21,7 +21,7 @@ from ._segments import Segmented
 from .backends import open_backend
 from .backends.base import Backend, Namespaced, Query, Record, Repairable, Summary, closed_error
 from .backends.segments import Appending, Collecting
-from .claims import Claim, LeaseInfo, live_leases
+from .claims import Access, Claim, LeaseInfo, live_leases
 from .codec import Codec
 from .container import Compression, Keyring, Sealer
 from .envelope import PAUSED_RUN, Envelope, conversation_of, to_envelope, validate_envelope
@@ -354,11 +354,14 @@ class Store:
             raise InvalidKeyError("a claim needs a non-empty worker name")
         if ttl <= 0:
             raise InvalidArgumentError(f"ttl must be positive, got {ttl!r}")
-        return Claim.acquire(self, check_key(key), worker, int(ttl * 1000))
+        return Claim.acquire(self, self._claims_access(), check_key(key), worker, int(ttl * 1000))
 
     def claims(self, *, limit: int = 1000) -> builtins.list[LeaseInfo]:
         """Live claims: key, worker and expiry (epoch ms)."""
-        return live_leases(self, limit)
+        return live_leases(self._claims_access(), limit)
+
+    def _claims_access(self) -> Access:
+        return Access(call=self._call, now=self._now, backend=self.backend)
 
     # -- maintenance: what copy, migrate, rekey and verify use --------------------------
 
@@ -480,14 +483,6 @@ class Store:
             with attempt:
                 return fn()
         raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
-
-    # Temporary, for claims.py only (being rewritten elsewhere): it should be handed the clock
-    # and the retry runner by claim()/claims() above instead; then these two go.
-    def now(self) -> int:
-        return self._now()
-
-    def call(self, fn: Callable[[], T]) -> T:
-        return self._call(fn)
 
 
 def _holdable(name: str, value: str | None) -> bool:

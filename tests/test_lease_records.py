@@ -11,6 +11,7 @@ import pytest
 from agent_checkpoint import ClaimedError, RunCheckpoint, open_store
 from agent_checkpoint.backends.base import Record, Summary
 from agent_checkpoint.claims import leases_of
+from agent_checkpoint.model import now_ms
 from agent_checkpoint.store import Store
 
 
@@ -29,7 +30,7 @@ def _as_written_before(key: str, worker: str, token: str, expires_at: int) -> Re
 
 
 def test_a_lease_written_by_the_previous_version_is_listed_and_honoured(store: Store) -> None:
-    expires_at = store.now() + 60_000
+    expires_at = now_ms() + 60_000
     leases_of(store.backend).save(
         _as_written_before("r", "old-worker", "t0", expires_at), create_only=True
     )
@@ -44,7 +45,7 @@ def test_an_expired_lease_written_by_the_previous_version_can_be_taken_over(
     store: Store,
 ) -> None:
     leases_of(store.backend).save(
-        _as_written_before("r", "old-worker", "t0", store.now() - 1), create_only=True
+        _as_written_before("r", "old-worker", "t0", now_ms() - 1), create_only=True
     )
     assert store.claims() == []
     with store.claim("r", "new-worker", ttl=30) as claim:
