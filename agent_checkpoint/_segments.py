@@ -144,11 +144,14 @@ class Segmented(Closable):
     def save(
         self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
     ) -> Summary:
-        """A whole record, not in pieces; the pieces of the layout it replaces are dropped."""
+        """A whole record; the pieces of the layout it replaces are dropped (but for those
+        ``record`` names itself, if it is a layout record saved again as it was)."""
         old = None if create_only else self._layout(record.key)
         summary = self.inner.save(record, expect_revision=expect_revision, create_only=create_only)
         self._forget(record.key)
-        self._drop_pieces(record.key, old.pieces if old else ())
+        new = Layout.unpack(record.body)  # bytes that are a layout keep the pieces they name
+        kept = {piece for piece, _ in new.pieces} if new else set()
+        self._drop_pieces(record.key, [p for p in (old.pieces if old else ()) if p[0] not in kept])
         return summary
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:

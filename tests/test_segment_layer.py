@@ -210,3 +210,21 @@ def test_an_encrypted_store_reads_and_writes_whole_records() -> None:
         store.put(ckpt, key="k")
     assert not backend.load("k").body.startswith(MAGIC)  # type: ignore[union-attr]
     assert store.get("k").history == ckpt.history  # type: ignore[union-attr]
+
+
+def test_a_layout_record_saved_again_as_it_was_keeps_its_pieces() -> None:
+    """A claim moves a run's revision past stale writers by saving its stored bytes again:
+    saving a layout record must not drop the pieces it names."""
+    backend = MemoryBackend()
+    store = _store(backend)
+    for ckpt in _grow(4):
+        store.put(ckpt, key="k")
+    raw = backend.load("k")
+    assert raw is not None and raw.body.startswith(MAGIC)
+    segmented = store.backend
+    assert isinstance(segmented, Segmented)
+    segmented.save(raw, expect_revision=raw.summary.revision)
+    assert _pieces(backend) and store.get("k").history == ckpt.history  # type: ignore[union-attr]
+    with Store(backend).claim("k", "w", ttl=30) as claim:  # the claim's own rewrite
+        got = claim.get()
+        assert got is not None and got.history == ckpt.history
