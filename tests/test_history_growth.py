@@ -144,3 +144,20 @@ def test_conversations_sharing_their_first_message_each_type_only_their_new_mess
     for i, doc in enumerate(docs):
         assert _stored(store, f"k{i}") == orjson.dumps(doc)
     assert typed == [1] * 3 + [2] * 3 + [1] * 18  # each remembered from its second put on
+
+
+def test_keys_reordered_deep_inside_a_message_are_written_in_their_new_order(
+    typed: list[int],
+) -> None:
+    """Equal values in another key order are another JSON text: a history typed before must
+    not lend its messages (and their order) to it (the round trip keeps key order, spec §2.1)."""
+    doc = _document()
+    for _ in range(4):
+        _grow(doc)
+    for _ in range(2):  # remembered from the second typing on
+        RunCheckpoint.from_json(orjson.loads(orjson.dumps(doc))).history  # noqa: B018
+    call = doc["history"][1]["toolCalls"][0]
+    call["args"] = dict(reversed(list(call["args"].items())))  # same values, other order
+    history = RunCheckpoint.from_json(orjson.loads(orjson.dumps(doc))).history
+    assert orjson.dumps([m.to_json() for m in history]) == orjson.dumps(doc["history"])
+    assert typed[-1] == len(doc["history"]) - 1  # typed again from the changed message on

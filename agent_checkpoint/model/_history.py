@@ -9,21 +9,19 @@ conversation, 5-10x the cost of the same loop with ``Message`` values.
 
 So typing a history looks for a remembered one that shares its first messages and reuses those
 ``Message`` objects; only the messages past the shared prefix are typed. The prefix is found
-by comparing the messages as JSON values, not by identity: the caller may have changed a dict
-in place since, or decoded fresh ones from a request body. The comparison is one C-level list
-comparison of the new messages with a private copy of the JSON each remembered message was
-typed from (dicts and lists copied, strings shared, so a dict compared with its own copy
-checks a pointer per string). A message the caller changed, dropped or whose keys it reordered ends the prefix
-and is typed again, with everything after it: the C-level comparison is followed by one of
-the messages' top-level key orders. Keys reordered inside a nested object (a tool call's
-arguments) with every value equal compare as the same JSON value, and keep the earlier
-typing's order there.
+by comparing the history's JSON *bytes* (one ``orjson.dumps`` of the new history, C speed)
+with the bytes each remembered history was typed from: the caller may have changed a dict in
+place since, or decoded fresh ones from a request body, and equal bytes are the same JSON with
+the same key order at every depth, which the round trip must keep (spec §2.1; comparing dicts
+as values would take ``{"b":1,"a":2}`` for ``{"a":2,"b":1}`` and write the earlier order
+back). A message the caller changed, dropped or reordered ends the prefix and is typed again,
+with everything after it.
 
 The reused messages are the very objects the Store remembered from the last put, so its check
 that the new history extends the stored one is a pass over pointers, and the put encodes only
 the new messages, as the ``Message`` loop does.
 
-The copy costs about half a typing, so a history is remembered only from the second time a
+Remembering costs an encoding of each message, so a history is remembered only from the second time a
 history of its conversation is typed: a one-off read (``Store.get``) pays nothing extra.
 Histories are looked up by their conversation (the checkpoint's default store key); a
 conversation may hold several (a run resumed twice from the same point), so up to
@@ -33,13 +31,15 @@ remembers as many last writes), the least recently used dropped.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import eq
 
-from ._struct import JsonObject, copied
+import orjson
+
+from ._struct import JsonObject
 from .messages import Message
 
 CAPACITY = 256
@@ -50,23 +50,39 @@ _SEEN = 4096
 
 @dataclass(frozen=True, slots=True)
 class _Typed:
-    """A typed history and the JSON it was typed from (private copies)."""
+    """A typed history and the JSON bytes it was typed from: ``encoded`` is the history as
+    orjson writes it, ``ends[i]`` the offset just past message ``i`` in it."""
 
-    sources: list[JsonObject]
-    orders: list[tuple[str, ...]]
+    encoded: bytes
+    ends: list[int]
     messages: tuple[Message, ...]
 
-    def common(self, items: Sequence[JsonObject]) -> int:
-        """How many of the first ``items`` equal this history's messages, keys in order."""
-        n = min(len(self.sources), len(items))
-        head = list(items[:n])
-        # Key orders lazily: each tuple is freed once compared, not N made per put.
-        if head == self.sources[:n] and all(map(eq, map(tuple, head), self.orders)):
-            return n
-        for i in range(n):  # they part somewhere: find where
-            if head[i] != self.sources[i] or tuple(head[i]) != self.orders[i]:
-                return i
-        return n
+    def common(self, encoded: bytes) -> int:
+        """How many of the first messages of the history ``encoded`` are byte for byte (key
+        orders included, at every depth) this history's."""
+        mine = self.encoded
+        if encoded.startswith(mine[:-1]) and encoded[len(mine) - 1 : len(mine)] in (b",", b"]"):
+            return len(self.ends)  # the new history extends this one
+        lo, hi = 0, min(len(encoded), len(mine))
+        while lo < hi:  # the longest common prefix, by halves (each compare a memcmp)
+            mid = (lo + hi + 1) // 2
+            if encoded[:mid] == mine[:mid]:
+                lo = mid
+            else:
+                hi = mid - 1
+        # a message is shared when all its bytes are: a JSON object is never a strict prefix
+        # of another, so equal bytes up to its end are the same message
+        return bisect.bisect_right(self.ends, lo)
+
+
+def _ends(items: Sequence[JsonObject], start: int) -> list[int]:
+    """The end offsets of ``items`` in the encoded history, the first starting at ``start``."""
+    out, at = [], start
+    for item in items:
+        at += len(orjson.dumps(item))
+        out.append(at)
+        at += 1  # the comma
+    return out
 
 
 class Histories:
@@ -87,23 +103,24 @@ class Histories:
             candidates = self._by_conversation.get(conversation)
             if candidates is None and not self._seen_before(conversation):
                 return Message.from_json_many(items)
+        try:
+            encoded = orjson.dumps(items)
+        except TypeError:  # not JSON at all: typing reports it
+            return Message.from_json_many(items)
         base, shared = None, 0
         for typed in candidates or ():  # most recent first
-            k = typed.common(items)
+            k = typed.common(encoded)
             if k > shared:
                 base, shared = typed, k
-                if k == len(typed.sources):
+                if k == len(typed.ends):
                     break  # the new history extends it
-        fresh = items[shared:]
-        messages = Message.from_json_many(fresh)
-        sources = [copied(m) for m in fresh]
-        orders = [tuple(m) for m in fresh]
+        messages = Message.from_json_many(items[shared:])
+        ends = base.ends[:shared] if base is not None else []
+        ends += _ends(items[shared:], ends[-1] + 1 if ends else 1)
         if base is not None:
             messages = base.messages[:shared] + messages
-            sources = base.sources[:shared] + sources
-            orders = base.orders[:shared] + orders
-        extended = base if base is not None and shared == len(base.sources) else None
-        self._remember(conversation, extended, _Typed(sources, orders, messages))
+        extended = base if base is not None and shared == len(base.ends) else None
+        self._remember(conversation, extended, _Typed(encoded, ends, messages))
         return messages
 
     def _seen_before(self, conversation: str) -> bool:
