@@ -68,12 +68,16 @@ class Recording:
 def backend_on(
     client: Any, prefix: str, max_segments: int | None = None, *, recent: bool = True
 ) -> S3Backend:
-    backend = S3Backend(client, BUCKET, prefix)
+    backend = (S3Backend if recent else Forgetful)(client, BUCKET, prefix)
     if max_segments is not None:
         backend.max_segments = max_segments
-    if not recent:  # as a process that did not write the segments: merges read them back
-        backend._recent.limit = 0
     return backend
+
+
+class Forgetful(S3Backend):
+    """As a process that did not write the segments: merges read them back."""
+
+    recent_segment_bytes = 0
 
 
 def plain(ckpt: RunCheckpoint, saved_at: int) -> bytes:
