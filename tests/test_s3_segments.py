@@ -19,7 +19,12 @@ from agent_checkpoint.backends.base import Record
 from agent_checkpoint.backends.objects import RecentSegments, key_name
 from agent_checkpoint.backends.s3 import S3Backend
 from agent_checkpoint.backends.segments import merge_start
-from agent_checkpoint.errors import StoreClosedError, UnreadableEnvelopeError
+from agent_checkpoint.errors import (
+    ConflictError,
+    OwnershipConflictError,
+    StoreClosedError,
+    UnreadableEnvelopeError,
+)
 from agent_checkpoint.model import Message, RunCheckpoint
 from agent_checkpoint.store import summary_for
 from agent_checkpoint.testing import checkpoint
@@ -294,6 +299,71 @@ def test_an_empty_history_and_empty_extensions_store_no_segment(client: Any, pre
         summary = store.put(ckpt, key="e")
         assert store.get_record("e").body == plain(ckpt, summary.saved_at)  # type: ignore[union-attr]
     assert objects(client, prefix, "segments") == {}
+
+
+# -- requests per operation ----------------------------------------------------------------
+
+
+def reads(recording: Recording) -> list[str]:
+    """The reads among the recorded calls (the rest are PUTs and background DELETEs)."""
+    return [op for op, _, _ in recording.calls if op in ("get_object", "head_object",
+                                                         "list_objects_v2")]  # fmt: skip
+
+
+def test_a_first_put_and_the_writers_later_puts_and_delete_read_nothing_first(
+    client: Any, prefix: str
+) -> None:
+    """A new key is written as new (``If-None-Match``) without a read; a key this backend
+    wrote last is written over its remembered ETag (``If-Match``) without a read."""
+    recording = Recording(client)
+    backend = backend_on(recording, prefix)
+    store = Store(backend)
+    store.put(checkpoint("warm"), key="warm")  # the bucket check, once per backend
+    base = checkpoint("count")
+    for put in (
+        lambda: store.put(base.evolve(history=grow(10)[-1]), key="k"),  # new key
+        lambda: store.put(base.evolve(history=grow(11)[-1]), key="k"),  # an append
+        lambda: store.put(base.evolve(history=grow(4)[-1]), key="k"),  # a full rewrite
+        lambda: store.put(base.evolve(history=grow(5)[-1]), key="k", if_revision=3),
+        lambda: store.put(base, key="c", create_only=True),
+    ):
+        recording.calls.clear()
+        put()
+        assert reads(recording) == []
+    recording.calls.clear()
+    assert store.delete("k") is True
+    assert reads(recording) == []
+    assert [op for op, _, _ in recording.calls if op == "put_object"] == ["put_object"]
+    assert store.head("k") is None and store.get("c") == base
+
+
+def test_writes_over_a_key_changed_by_another_writer_never_lose_its_update(
+    client: Any, prefix: str
+) -> None:
+    """What a backend remembers of its last write may be stale: its next write then fails
+    its condition, reads, and plans again, so revisions, owners and refusals stay right."""
+    mine, theirs = Store(backend_on(client, prefix)), Store(backend_on(client, prefix))
+    base = checkpoint("stale", principal="alice")
+    assert mine.put(base, key="k").revision == 1
+    assert theirs.put(base.evolve(last_completed_iteration=5), key="k").revision == 2
+    # a guess that "k" is new, by a backend that never saw it
+    fresh = Store(backend_on(client, prefix))
+    assert fresh.put(base.evolve(last_completed_iteration=6), key="k").revision == 3
+    assert mine.put(base.evolve(last_completed_iteration=7), key="k").revision == 4
+    with pytest.raises(ConflictError):
+        theirs.put(base, key="k", if_revision=2)  # stored is 4: its memory says 2
+    assert theirs.put(base.evolve(last_completed_iteration=8), key="k", if_revision=4).revision == 5
+    with pytest.raises(OwnershipConflictError):
+        mine.put(checkpoint("stale", principal="mallory"), key="k")
+    with pytest.raises(ConflictError):
+        mine.put(base, key="k", create_only=True)
+    assert mine.get("k") == base.evolve(last_completed_iteration=8)
+    # a delete over a stale memory removes the current record, at its revision
+    with pytest.raises(ConflictError):
+        mine.delete("k", if_revision=4)
+    assert mine.delete("k", if_revision=5) is True
+    assert theirs.delete("k") is False
+    assert theirs.put(base, key="k").revision == 6  # past every revision the key had
 
 
 # -- races -------------------------------------------------------------------------------------

@@ -1,16 +1,18 @@
 """S3 and S3-compatible servers on boto3, in the object layout described in ``objects.py``.
 
 Where the fsspec backend takes a lock, this one uses S3's conditional writes, so they hold
-between processes: a save reads the record (HEAD), writes its new index entry, PUTs the record
-with ``If-None-Match: *`` (new key) or ``If-Match: <etag>`` (the commit point), then hands
-the previous entry (and any segment no longer referred to) to a background thread to delete
-(``flush`` waits for it, and so do ``close`` and ``verify``); a lost condition (412, or 404
-where AWS answers that for a key deleted meanwhile) re-reads and plans again, so the refusal is
-the right one (revision or owner). The header's write token makes every write's ETag unique,
-so ``If-Match`` compares writes, not contents. The header is mirrored into object metadata
-(when it fits AWS's 2 KB), so ``head`` is one HEAD request, and listing a page is one LIST plus
-a HEAD per entry, in parallel, to keep only entries whose record still carries their token.
-Drop is conditional (``If-Match``) only under ``expect_revision``.
+between processes. A save writes its new index entry, then PUTs the record with
+``If-None-Match: *`` (new key) or ``If-Match: <etag>`` (the commit point), then hands the
+previous entry (and any segment no longer referred to) to a background thread to delete
+(``flush`` waits for it, and so do ``close`` and ``verify``). No read comes first when the
+backend remembers the key's last write (its header and ETag), nor for a key it does not know,
+which it writes as new; a lost condition (412, or 404 where AWS answers that for a key deleted
+meanwhile) reads the header and plans again, and only a refusal planned on what was read is
+raised, so it is the right one (revision, owner, create-only). The header's write token makes
+every write's ETag unique, so ``If-Match`` compares writes, not contents. The header is
+mirrored into object metadata (when it fits AWS's 2 KB), so ``head`` is one HEAD request, and
+listing a page is one LIST plus a HEAD per entry, in parallel, to keep only entries whose
+record still carries their token. Drop writes a tombstone over the record read (``If-Match``).
 
 ``verify(repair=True)`` leaves entries younger than ``grace`` seconds alone: they may belong
 to a save in flight, whose entry is written before its record.
@@ -42,6 +44,12 @@ from .url_options import flag, refuse_unknown
 
 RACES = 32
 """Attempts at one write while other writers keep winning its condition."""
+
+GUESS_BYTES = 64 << 10
+"""A write of a key this backend does not remember, with no ``expect_revision``, is first
+tried as a new key (``If-None-Match: *``, no read before it) when its record object is no
+larger than this; a larger one reads the key's header first rather than risk sending its
+bytes twice."""
 
 
 class S3Backend:
@@ -150,33 +158,37 @@ class S3Backend:
     ) -> Summary:
         self._check("save")
         key, name = record.key, key_name(record.key)
+        head = record.body if split is None else split.head
+        current, verified = self._records.recall(name), False
+        # unknown, it is guessed new: If-None-Match refuses an existing key, and costs no read
+        guess = expect_revision is None and len(head) <= GUESS_BYTES
+        if current is None and not guess:
+            current, verified = self._records.header(name, "save"), True
         write = Write(self._records, name)
         try:
             segs: list[list[Any]] = []
             if split is not None and split.segment:
                 segs = [[write.upload(split.segment), len(split.segment)]]
-            for attempt in range(RACES):
-                # If-None-Match refuses an existing key by itself: a create needs no read first
-                current = (
-                    None
-                    if create_only and attempt == 0
-                    else self._records.known(name, "save", segments=True)
-                )
+            for _ in range(RACES):
                 fields = current.fields if current else None
-                summary = (plan_save if split is None else plan_split)(
-                    self._layout.summary_of(fields, name, "save"),
-                    record,
-                    expect_revision=expect_revision,
-                    create_only=create_only,
-                    revision=next_revision(fields),
-                )
-                if split is None:
-                    landed = write.commit(key, summary, record.body, {}, current)
-                else:
-                    extra = {"dig": split.digest, "segs": segs}
-                    landed = write.commit(key, summary, split.head, extra, current)
-                if landed:
+                try:
+                    summary = (plan_save if split is None else plan_split)(
+                        self._layout.summary_of(fields, name, "save"),
+                        record,
+                        expect_revision=expect_revision,
+                        create_only=create_only,
+                        revision=next_revision(fields),
+                    )
+                except ConflictError:
+                    if verified:
+                        raise
+                    # refused by a guess or a memory: only what is stored may refuse a write
+                    current, verified = self._records.header(name, "save"), True
+                    continue
+                extra = {} if split is None else {"dig": split.digest, "segs": segs}
+                if write.commit(key, summary, head, extra, current):
                     return summary
+                current, verified = self._records.header(name, "save"), True
         finally:
             write.close()
         raise ConflictError(f"key {key!r} changed under {RACES} attempts to write it", key=key)
@@ -237,20 +249,32 @@ class S3Backend:
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         self._check("drop")
         name = key_name(key)
+        current, verified = self._records.recall(name), False
+        if current is None:
+            current, verified = self._records.header(name, "drop"), True
         for _ in range(RACES):
-            current = self._records.known(name, "drop", segments=True)
-            if current is None or is_grave(current.fields):
+            found = self._live_revision(current, name)
+            if not verified and (found is None or expect_revision not in (None, found)):
+                # a memory may be stale: only what is stored may refuse a drop
+                current, verified = self._records.header(name, "drop"), True
+                continue
+            if current is None or found is None:
                 if expect_revision is not None:
                     raise ConflictError(f"key {key!r} does not exist", key=key)
                 return False
-            found = self._layout.current(current.fields, name, "drop").summary.revision
             if expect_revision is not None and found != expect_revision:
                 raise ConflictError(
                     f"key {key!r} is at revision {found}, not {expect_revision}", key=key
                 )
             if self._bury(name, found, current):
                 return True
+            current, verified = self._records.header(name, "drop"), True
         raise ConflictError(f"key {key!r} changed under {RACES} attempts to drop it", key=key)
+
+    def _live_revision(self, known: Known | None, name: str) -> int | None:
+        if known is None or is_grave(known.fields):
+            return None
+        return self._layout.current(known.fields, name, "drop").summary.revision
 
     def _bury(self, name: str, revision: int, current: Known) -> bool:
         """Replace exactly the record read (``If-Match``) with a tombstone, so that its

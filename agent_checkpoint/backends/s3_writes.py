@@ -30,6 +30,10 @@ class Write:
     def __init__(self, records: Records, name: str) -> None:
         self.records = records
         self.name = name
+        # One token for every attempt: only one can commit, and an attempt whose condition
+        # failed wrote no record, so the next one reuses its index entry.
+        self.token = secrets.token_hex(8)
+        self.entry: str | None = None  # uploaded, not yet committed
         self.pending: list[tuple[str, bytes]] = []  # uploaded with the next commit
         self.uploaded: dict[str, bytes] = {}
         self.owned: list[str] = []
@@ -57,9 +61,8 @@ class Write:
     ) -> bool:
         """PUT the record over ``current`` (``If-Match``) or as new (``If-None-Match``);
         ``False`` if the condition failed, nothing then referring to this attempt's objects."""
-        records, name = self.records, self.name
+        records, name, token = self.records, self.name, self.token
         layout, bucket = records.layout, records.bucket
-        token = secrets.token_hex(8)
         entry = layout.entry_path(summary, name, token)
         fields = {"key": key, **fields_of(summary, token), **extra}
         body = orjson.dumps(fields) + b"\n" + head
@@ -69,8 +72,11 @@ class Write:
         packed = pack(mirrored)
         metadata = {"ac": packed} if len(packed) <= META_LIMIT else {}
         # the entry and the segments go first: a committed record never misses either
-        puts = [(entry, b"")]
+        puts = [] if entry == self.entry else [(entry, b"")]
         puts += [(layout.segment_path(name, sid), data) for sid, data in self.pending]
+        if self.entry is not None and entry != self.entry:
+            records.delete_later([self.entry])  # an earlier attempt's, with another owner tag
+        self.entry = entry
         bucket.put_many(puts, "save")
         self.pending = []
         self.settled = False
@@ -79,9 +85,9 @@ class Write:
         if etag is None:
             self.settled = True
             records.forget(name)
-            records.delete_later([entry])  # its token was never committed: no one else uses it
             return False
         self.settled = self.committed = True
+        self.entry = None
         if etag:
             records.remember(name, Known(fields, etag))
         else:
@@ -102,6 +108,7 @@ class Write:
             )
 
     def close(self) -> None:
-        if not self.committed and self.settled and self.owned:
+        """Delete what no attempt committed (unless an outcome is unknown)."""
+        if not self.committed and self.settled:
             paths = [self.records.layout.segment_path(self.name, sid) for sid in self.owned]
-            self.records.delete_later(paths)
+            self.records.delete_later(paths + ([self.entry] if self.entry else []))
