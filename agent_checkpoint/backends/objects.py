@@ -13,7 +13,10 @@ A name over ``BUDGET`` characters is cut and ends in ``~`` plus a hash, since Se
 path segments over 255 bytes; listing orders such keys by their real keys. ``<position>``
 counts down as ``savedAt`` grows, so name order is newest first, ties by key, and a keyset
 cursor is a start-after name. ``<tags>`` hash owner, agent and failure phase, so filters skip
-entries unread. The header holds the key, the summary and a random write token.
+entries unread. The header holds the key, the summary and a random write token; a record kept
+in segments adds ``segs`` (``[[id, size], ...]``, oldest first) and ``dig`` (``segments.py``),
+and the S3 backend's ``inl``: that many of the object's last bytes are history content held in
+the record itself, the newest, after every listed segment's (absent: none).
 
 A save writes its new index entry, then the record (the commit point), then deletes the
 previous entry. An entry counts only while its record carries its token, so a crash leaves at

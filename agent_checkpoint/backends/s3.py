@@ -12,7 +12,13 @@ raised, so it is the right one (revision, owner, create-only). The header's writ
 every write's ETag unique, so ``If-Match`` compares writes, not contents. The header is
 mirrored into object metadata (when it fits AWS's 2 KB), so ``head`` is one HEAD request, and
 listing a page is one LIST plus a HEAD per entry, in parallel, to keep only entries whose
-record still carries their token. Drop writes a tombstone over the record read (``If-Match``).
+record still carries their token.
+
+A growing history (``Appending``) keeps its newest messages in the record object itself, after
+the head, up to ``inline_bytes``: an append rewrites the record with them and uploads no
+segment until they outgrow that, when they move into one segment object (uploaded with the
+index entry, before the commit). A record's segments stay under ``max_segments`` by merging the
+newest of them. Drop writes a tombstone over the record read (``If-Match``).
 
 ``verify(repair=True)`` leaves entries younger than ``grace`` seconds alone: they may belong
 to a save in flight, whose entry is written before its record.
@@ -59,6 +65,9 @@ class S3Backend:
     recent_segment_bytes = 4 << 20
     """How many bytes of the segments it wrote last a backend keeps, so that merging them
     (once a record holds ``max_segments``) needs no read."""
+    inline_bytes = 8 << 10
+    """How many bytes of the newest history content a record object holds itself, after its
+    head: an append that stays under this rewrites the record and uploads no segment."""
 
     def __init__(
         self,
@@ -167,8 +176,9 @@ class S3Backend:
         write = Write(self._records, name)
         try:
             segs: list[list[Any]] = []
-            if split is not None and split.segment:
-                segs = [[write.upload(split.segment), len(split.segment)]]
+            inline = split.segment if split is not None else b""
+            if len(inline) > self.inline_bytes:
+                segs, inline = [[write.upload(inline), len(inline)]], b""
             for _ in range(RACES):
                 fields = current.fields if current else None
                 try:
@@ -186,7 +196,7 @@ class S3Backend:
                     current, verified = self._records.header(name, "save"), True
                     continue
                 extra = {} if split is None else {"dig": split.digest, "segs": segs}
-                if write.commit(key, summary, head, extra, current):
+                if write.commit(key, summary, head, extra, current, inline):
                     return summary
                 current, verified = self._records.header(name, "save"), True
         finally:
@@ -200,15 +210,15 @@ class S3Backend:
         name = key_name(summary.key)
         current = self._records.recall(name)
         if current is None or not current.extends(base_revision, base_digest):
-            current = self._records.header(name, "append")
+            current = self._records.header(name, "append", inline=True)
         write = Write(self._records, name)
         try:
-            new: list[list[Any]] = []
-            if split.segment:
-                new = [[write.upload(split.segment), len(split.segment)]]
             for _ in range(RACES):
                 if current is None or not current.extends(base_revision, base_digest):
                     return None
+                if current.inline is None:  # its inline content was not read: read it
+                    current = self._records.header(name, "append", inline=True)
+                    continue
                 planned = plan_append(
                     self._layout.summary_of(current.fields, name, "append"),
                     summary,
@@ -216,20 +226,24 @@ class S3Backend:
                     revision=next_revision(current.fields),
                 )
                 segs = list(current.segments or [])
-                if new and len(segs) + 1 > self.max_segments:
-                    merged = self._merge(name, segs, write)
-                    if merged is None:  # a segment is gone: re-read, or let a full write heal
-                        again = self._records.header(name, "append")
-                        if again is None or again.etag == current.etag:
-                            return None
-                        current = again
-                        continue
-                    segs = merged
-                extra = {"dig": split.digest, "segs": segs + new}
-                if write.commit(summary.key, planned, split.head, extra, current):
+                inline = merge([current.inline, split.segment])
+                if len(inline) > self.inline_bytes:  # the inline content becomes a segment
+                    if len(segs) + 1 > self.max_segments:
+                        merged = self._merge(name, segs, write)
+                        if merged is None:  # a segment is gone: re-read, or let a full write heal
+                            again = self._records.header(name, "append", inline=True)
+                            if again is None or again.etag == current.etag:
+                                return None
+                            current = again
+                            continue
+                        segs = merged
+                    segs.append([write.upload(inline, attempt=True), len(inline)])
+                    inline = b""
+                extra = {"dig": split.digest, "segs": segs}
+                if write.commit(summary.key, planned, split.head, extra, current, inline):
                     return planned
-                write.discard_merged()
-                current = self._records.header(name, "append")
+                write.discard_attempt()
+                current = self._records.header(name, "append", inline=True)
         finally:
             write.close()
         raise ConflictError(
@@ -244,7 +258,7 @@ class S3Backend:
         if any(part is None for part in parts):
             return None
         joined = merge([part for part in parts if part is not None])
-        return [*segs[:start], [write.upload(joined, merged=True), len(joined)]]
+        return [*segs[:start], [write.upload(joined, attempt=True), len(joined)]]
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         self._check("drop")

@@ -30,10 +30,12 @@ REMEMBERED = 256
 
 @dataclass(frozen=True)
 class Known:
-    """A record's header fields and ETag, as last written or read."""
+    """A record's header fields and ETag, as last written or read, and its inline history
+    content (``None`` if the record holds some that was not read)."""
 
     fields: dict[str, Any]
     etag: str
+    inline: bytes | None = b""
 
     @property
     def segments(self) -> list[list[Any]] | None:
@@ -41,6 +43,19 @@ class Known:
 
     def extends(self, revision: int, digest: str) -> bool:
         return extends(self.fields, revision, digest)
+
+
+def inline_size(fields: dict[str, Any]) -> int:
+    """How many of a record object's last bytes are inline history content (``"inl"``): the
+    newest messages, which follow the content of every listed segment."""
+    size = fields.get("inl")
+    return size if isinstance(size, int) and size > 0 else 0
+
+
+def cut(fields: dict[str, Any], body: bytes) -> tuple[bytes, bytes]:
+    """A record object's bytes after its header line, as its head and its inline content."""
+    size = inline_size(fields)
+    return (body[:-size], body[-size:]) if size else (body, b"")
 
 
 def pack(fields: dict[str, Any]) -> str:
@@ -78,9 +93,11 @@ class Records:
             segs = segments_of(fields)
             if segs is None:
                 return record
+            head, inline = cut(fields, body)
             parts = self.read_segments(name, [sid for sid, _ in segs], operation)
             if all(part is not None for part in parts):
-                return Record(record.summary, assemble(body, [p for p in parts if p is not None]))
+                held = [part for part in parts if part is not None]
+                return Record(record.summary, assemble(head, [*held, inline]))
             # A segment is gone: a write that replaced this record since deletes the segments
             # it no longer refers to. If the record is still the one read, it was lost: the
             # head alone does not decode, so the record reads as unreadable, not as absent.
@@ -121,29 +138,38 @@ class Records:
     def fetch_many(self, names: Sequence[str], operation: str) -> list[Current | None]:
         return self.bucket.map(lambda name: self.fetch(name, operation), names)
 
-    def known(self, name: str, operation: str, segments: bool = False) -> Known | None:
-        """The record's header fields and ETag: from its metadata (one HEAD), else (or, with
-        ``segments``, for a split record) from its header."""
+    def known(self, name: str, operation: str) -> Known | None:
+        """The record's header fields and ETag: from its metadata (one HEAD), else from its
+        header. Its inline content is not read."""
         got = self.bucket.head(self.layout.record_path(name), operation)
         if got is None:
             return None
         metadata, etag = got
         packed = metadata.get("ac")
-        if packed is not None:
-            fields = unpack(packed)
-            if not (segments and "seg" in fields):
-                return Known(fields, etag)
-        return self.header(name, operation)
+        if packed is None:
+            return self.header(name, operation)
+        return Known(unpack(packed), etag, None)
 
-    def header(self, name: str, operation: str) -> Known | None:
-        """The record's header and ETag, read from the object itself: usually one ranged GET."""
+    def header(self, name: str, operation: str, *, inline: bool = False) -> Known | None:
+        """The record's header and ETag, read from the object itself: one ranged GET, which
+        holds the whole of most records' heads. With ``inline``, its inline content too."""
         path = self.layout.record_path(name)
         got = self.bucket.get(path, operation, first=PEEK)
-        if got is not None and b"\n" not in got[0] and len(got[0]) >= PEEK:
-            got = self.bucket.get(path, operation)  # a header longer than the peek: read it whole
+        whole = got is not None and len(got[0]) < PEEK
+        if got is not None and not whole and b"\n" not in got[0]:
+            got, whole = self.bucket.get(path, operation), True  # a header longer than the peek
         if got is None:
             return None
-        return Known(self.layout.split(got[0], path, operation)[0], got[1])
+        fields, body = self.layout.split(got[0], path, operation)
+        if whole or not inline_size(fields):
+            return Known(fields, got[1], cut(fields, body)[1] if whole else None)
+        if not inline:
+            return Known(fields, got[1], None)
+        got = self.bucket.get(path, operation)
+        if got is None:
+            return None
+        fields, body = self.layout.split(got[0], path, operation)
+        return Known(fields, got[1], cut(fields, body)[1])
 
     def remember(self, name: str, known: Known) -> None:
         with self._lock:

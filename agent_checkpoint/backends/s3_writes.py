@@ -37,18 +37,20 @@ class Write:
         self.pending: list[tuple[str, bytes]] = []  # uploaded with the next commit
         self.uploaded: dict[str, bytes] = {}
         self.owned: list[str] = []
-        self.merged: list[str] = []
+        self.per_attempt: list[str] = []
         self.settled = True  # False while a record PUT's outcome is unknown
         self.committed = False
 
-    def upload(self, data: bytes, *, merged: bool = False) -> str:
-        """A new segment object's id; it is uploaded with the next commit's index entry."""
+    def upload(self, data: bytes, *, attempt: bool = False) -> str:
+        """A new segment object's id; it is uploaded with the next commit's index entry.
+        ``attempt``: its bytes depend on the record the attempt read, so a lost attempt
+        deletes it (``discard_attempt``)."""
         sid = secrets.token_hex(8)
         self.pending.append((sid, data))
         self.uploaded[sid] = data
         self.owned.append(sid)
-        if merged:
-            self.merged.append(sid)
+        if attempt:
+            self.per_attempt.append(sid)
         return sid
 
     def commit(
@@ -58,14 +60,18 @@ class Write:
         head: bytes,
         extra: dict[str, Any],
         current: Known | None,
+        inline: bytes = b"",
     ) -> bool:
-        """PUT the record over ``current`` (``If-Match``) or as new (``If-None-Match``);
-        ``False`` if the condition failed, nothing then referring to this attempt's objects."""
+        """PUT the record over ``current`` (``If-Match``) or as new (``If-None-Match``), with
+        ``inline`` history content after its head; ``False`` if the condition failed, nothing
+        then referring to this attempt's objects."""
         records, name, token = self.records, self.name, self.token
         layout, bucket = records.layout, records.bucket
         entry = layout.entry_path(summary, name, token)
         fields = {"key": key, **fields_of(summary, token), **extra}
-        body = orjson.dumps(fields) + b"\n" + head
+        if inline:
+            fields["inl"] = len(inline)
+        body = orjson.dumps(fields) + b"\n" + head + inline
         mirrored = fields_of(summary, token) | ({"key": key} if HASHED in name else {})
         if "segs" in extra:
             mirrored["seg"] = len(extra["segs"])
@@ -89,7 +95,7 @@ class Write:
         self.settled = self.committed = True
         self.entry = None
         if etag:
-            records.remember(name, Known(fields, etag))
+            records.remember(name, Known(fields, etag, inline))
         else:
             records.forget(name)
         kept = {sid for sid, _ in extra.get("segs", [])}
@@ -98,10 +104,10 @@ class Write:
         records.delete_later(layout.superseded(name, current.fields if current else None, kept))
         return True
 
-    def discard_merged(self) -> None:
-        """Delete the merged segments of an attempt that lost its race."""
-        if self.merged and self.settled:
-            gone, self.merged = set(self.merged), []
+    def discard_attempt(self) -> None:
+        """Delete the segments of an attempt that lost its race that no other could use."""
+        if self.per_attempt and self.settled:
+            gone, self.per_attempt = set(self.per_attempt), []
             self.owned = [sid for sid in self.owned if sid not in gone]
             self.records.delete_later(
                 [self.records.layout.segment_path(self.name, sid) for sid in gone]
