@@ -27,7 +27,7 @@ from agent_checkpoint.errors import (
     StoreClosedError,
     UnreadableEnvelopeError,
 )
-from agent_checkpoint.model import Message, RunCheckpoint
+from agent_checkpoint.model import Message, OriginalInput, RunCheckpoint
 from agent_checkpoint.store import summary_for
 from agent_checkpoint.testing import checkpoint
 from agent_checkpoint.testing.growth import read_while_growing
@@ -350,6 +350,30 @@ def test_a_record_in_segments_by_the_previous_version_reads_grows_and_upgrades(
     backend.flush()
     assert set(objects(client, prefix, "segments")) == referenced(client, prefix, ["k"])
     assert store.list().items == [landed]
+
+
+@pytest.mark.parametrize("inline", [0, 8192], ids=["segments", "inline"])
+def test_another_backend_appends_to_a_record_whose_head_is_longer_than_one_read(
+    client: Any, prefix: str, inline: int
+) -> None:
+    """A backend that did not write the record reads its header (and inline content) before
+    appending; a head past the first ranged read takes a second, whole read, not a refusal."""
+    appender = Appender()
+    base = checkpoint("long-head").evolve(original_input=OriginalInput("i" * 40_000))
+    first = base.evolve(history=grow(3)[-1])
+    enc = appender.encode(first, 1000, None)
+    writer = backend_on(client, prefix, inline=inline)
+    landed = writer.save_split(Record(summary_for("k", enc.digest, enc.size), b""), enc.split)
+    appender.landed("k", first, enc, landed)
+    tail = appender.tail("k")
+    assert tail is not None
+    second = base.evolve(history=grow(4)[-1])
+    enc = appender.encode(second, 1001, tail)
+    other = backend_on(client, prefix, inline=inline)
+    done = other.append(summary_for("k", enc.digest, enc.size), enc.split,
+                        base_revision=tail.revision, base_digest=tail.digest)  # fmt: skip
+    assert done is not None and done.revision == 2
+    assert writer.load("k").body == plain(second, 1001)  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("inline", [0, 200], ids=["segments", "inline"])

@@ -162,7 +162,7 @@ class Records:
             return None
         fields, body = self.layout.split(got[0], path, operation)
         if whole or not inline_size(fields):
-            return Known(fields, got[1], cut(fields, body)[1] if whole else None)
+            return Known(fields, got[1], cut(fields, body)[1])
         if not inline:
             return Known(fields, got[1], None)
         got = self.bucket.get(path, operation)
