@@ -4,9 +4,11 @@ byte-exact, racing appenders have one winner, and no segment object outlives its
 
 from __future__ import annotations
 
+import base64
 import threading
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -16,11 +18,16 @@ from support.seaweed import S3Server, ensure_bucket, purge
 from agent_checkpoint import Store
 from agent_checkpoint.appender import Appender, Encoded, Tail
 from agent_checkpoint.backends.base import Record
-from agent_checkpoint.backends.objects import RecentSegments, key_name
+from agent_checkpoint.backends.objects import Layout, RecentSegments, fields_of, key_name
 from agent_checkpoint.backends.s3 import S3Backend
 from agent_checkpoint.backends.segments import merge_start
-from agent_checkpoint.errors import StoreClosedError, UnreadableEnvelopeError
-from agent_checkpoint.model import Message, RunCheckpoint
+from agent_checkpoint.errors import (
+    ConflictError,
+    OwnershipConflictError,
+    StoreClosedError,
+    UnreadableEnvelopeError,
+)
+from agent_checkpoint.model import Message, OriginalInput, RunCheckpoint
 from agent_checkpoint.store import summary_for
 from agent_checkpoint.testing import checkpoint
 from agent_checkpoint.testing.growth import read_while_growing
@@ -66,14 +73,26 @@ class Recording:
 
 
 def backend_on(
-    client: Any, prefix: str, max_segments: int | None = None, *, recent: bool = True
+    client: Any,
+    prefix: str,
+    max_segments: int | None = None,
+    *,
+    recent: bool = True,
+    inline: int = 0,
 ) -> S3Backend:
-    backend = S3Backend(client, BUCKET, prefix)
+    """A backend on ``prefix``; ``inline`` (bytes of the newest history its record objects
+    hold themselves) is 0 unless given, so that every append writes a segment object."""
+    backend = (S3Backend if recent else Forgetful)(client, BUCKET, prefix)
+    backend.inline_bytes = inline
     if max_segments is not None:
         backend.max_segments = max_segments
-    if not recent:  # as a process that did not write the segments: merges read them back
-        backend._recent.limit = 0
     return backend
+
+
+class Forgetful(S3Backend):
+    """As a process that did not write the segments: merges read them back."""
+
+    recent_segment_bytes = 0
 
 
 def plain(ckpt: RunCheckpoint, saved_at: int) -> bytes:
@@ -238,12 +257,134 @@ def test_a_record_written_whole_by_the_previous_version_reads_and_grows(
     assert summary.revision == 5
 
 
+def test_with_the_newest_messages_inline_an_append_uploads_no_segment_until_they_fill_up(
+    client: Any, prefix: str
+) -> None:
+    """With the default ``inline_bytes``, an append rewrites the record with the newest
+    messages in it (one index entry and one record PUT); a segment object is written only when
+    those outgrow the limit, and a short history is read back in one GET by anyone."""
+    recording = Recording(client)
+    backend = S3Backend(recording, BUCKET, prefix)
+    store = Store(backend)
+    base = checkpoint("inline")
+    store.put(base, key="warm")  # the bucket check, once per backend
+    head_size = len(plain(base.evolve(history=()), 0))
+    spills = 0
+    for history in grow(400):
+        recording.calls.clear()
+        ckpt = base.evolve(history=history)
+        summary = store.put(ckpt, key="g")
+        assert reads(recording) == []
+        puts = [(key, size) for op, key, size in recording.calls if op == "put_object"]
+        assert len([key for key, _ in puts if "/index/" in key]) == 1
+        [record_put] = [size for key, size in puts if "/records/" in key]
+        assert record_put < head_size + 1500 + backend.inline_bytes
+        segment_puts = [size for key, size in puts if "/segments/" in key]
+        if segment_puts:  # the inline messages, with the new one, outgrew the limit
+            [size] = segment_puts
+            assert backend.inline_bytes < size <= backend.inline_bytes + 200
+            spills += 1
+    history_bytes = len(orjson.dumps([m.to_json() for m in history])) - 2
+    assert 2 <= history_bytes // (backend.inline_bytes + 200) <= spills
+    assert spills <= history_bytes // backend.inline_bytes
+    expected = plain(ckpt, summary.saved_at)
+    assert store.get_record("g").body == expected  # type: ignore[union-attr]
+    assert Store(S3Backend(client, BUCKET, prefix)).get_record("g").body == expected  # type: ignore[union-attr]
+    backend.flush()
+    assert set(objects(client, prefix, "segments")) == referenced(client, prefix, ["g"])
+
+    short = base.evolve(history=grow(10)[-1])
+    summary = store.put(short, key="short")
+    cold = Recording(client)
+    got = Store(S3Backend(cold, BUCKET, prefix)).get_record("short")
+    assert [op for op, _, _ in cold.calls] == ["list_objects_v2", "get_object"]  # check, record
+    assert got is not None and got.body == plain(short, summary.saved_at)
+
+
+def test_a_record_in_segments_by_the_previous_version_reads_grows_and_upgrades(
+    client: Any, prefix: str
+) -> None:
+    """Objects laid out by hand as the previous version wrote a grown history (a head, one
+    segment object per put, no inline content) read back exactly, list, and take an append,
+    which keeps the old segments and holds the new message inline."""
+    appender, base = Appender(), checkpoint("old-split", principal="p")
+    histories = grow(4)
+    encoded = []
+    for i, history in enumerate(histories[:3]):
+        ckpt = base.evolve(history=history)
+        enc = appender.encode(ckpt, 1000 + i, appender.tail("k"))
+        encoded.append(enc)
+        appender.landed("k", ckpt, enc, replace(summary_for("k", enc.digest, enc.size),
+                                                revision=i + 1))  # fmt: skip
+    summary = replace(summary_for("k", encoded[-1].digest, encoded[-1].size), revision=3, owner="p")
+    name, token = key_name("k"), "0123456789abcdef"
+    sids = [f"{i:016x}" for i in range(1, 4)]
+    for sid, enc in zip(sids, encoded, strict=True):
+        client.put_object(
+            Bucket=BUCKET, Key=f"{prefix}/segments/{name}/{sid}", Body=enc.split.segment
+        )
+    layout = Layout.under("s3", prefix + "/")
+    client.put_object(Bucket=BUCKET, Key=layout.entry_path(summary, name, token), Body=b"")
+    fields = {"key": "k", **fields_of(summary, token), "dig": encoded[-1].split.digest,
+              "segs": [[sid, len(enc.split.segment)] for sid, enc in zip(sids, encoded, strict=True)]}  # fmt: skip
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/records/{name}",
+                      Body=orjson.dumps(fields) + b"\n" + encoded[-1].split.head,
+                      Metadata={"ac": base64.urlsafe_b64encode(orjson.dumps(
+                          fields_of(summary, token) | {"seg": 3})).decode()})  # fmt: skip
+
+    backend = S3Backend(client, BUCKET, prefix)
+    store = Store(backend)
+    third = base.evolve(history=histories[2])
+    assert store.get_record("k").body == plain(third, 1002)  # type: ignore[union-attr]
+    assert store.head("k") == summary and store.list().items == [summary]
+
+    fourth = base.evolve(history=histories[3])
+    enc = appender.encode(fourth, 1003, appender.tail("k"))
+    landed = backend.append(summary_for("k", enc.digest, enc.size), enc.split, base_revision=3,
+                            base_digest=encoded[-1].split.digest)  # fmt: skip
+    assert landed is not None and landed.revision == 4 and landed.owner == "p"
+    assert backend.load("k").body == plain(fourth, 1003)  # type: ignore[union-attr]
+    assert Store(S3Backend(client, BUCKET, prefix)).get("k") == fourth
+    upgraded = header(client, prefix, "k")
+    assert [sid for sid, _ in upgraded["segs"]] == sids and upgraded["inl"] == len(
+        enc.split.segment
+    )
+    backend.flush()
+    assert set(objects(client, prefix, "segments")) == referenced(client, prefix, ["k"])
+    assert store.list().items == [landed]
+
+
+@pytest.mark.parametrize("inline", [0, 8192], ids=["segments", "inline"])
+def test_another_backend_appends_to_a_record_whose_head_is_longer_than_one_read(
+    client: Any, prefix: str, inline: int
+) -> None:
+    """A backend that did not write the record reads its header (and inline content) before
+    appending; a head past the first ranged read takes a second, whole read, not a refusal."""
+    appender = Appender()
+    base = checkpoint("long-head").evolve(original_input=OriginalInput("i" * 40_000))
+    first = base.evolve(history=grow(3)[-1])
+    enc = appender.encode(first, 1000, None)
+    writer = backend_on(client, prefix, inline=inline)
+    landed = writer.save_split(Record(summary_for("k", enc.digest, enc.size), b""), enc.split)
+    appender.landed("k", first, enc, landed)
+    tail = appender.tail("k")
+    assert tail is not None
+    second = base.evolve(history=grow(4)[-1])
+    enc = appender.encode(second, 1001, tail)
+    other = backend_on(client, prefix, inline=inline)
+    done = other.append(summary_for("k", enc.digest, enc.size), enc.split,
+                        base_revision=tail.revision, base_digest=tail.digest)  # fmt: skip
+    assert done is not None and done.revision == 2
+    assert writer.load("k").body == plain(second, 1001)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("inline", [0, 200], ids=["segments", "inline"])
 @pytest.mark.parametrize("recent", [True, False], ids=["kept", "read-back"])
 @pytest.mark.parametrize("limit", [2, 3, 5])
 def test_merging_at_the_limit_stays_exact_and_leaves_nothing_behind(
-    client: Any, prefix: str, limit: int, recent: bool
+    client: Any, prefix: str, limit: int, recent: bool, inline: int
 ) -> None:
-    store = Store(backend_on(client, prefix, max_segments=limit, recent=recent))
+    store = Store(backend_on(client, prefix, max_segments=limit, recent=recent, inline=inline))
     base = checkpoint("grow")
     for history in grow(40):
         ckpt = base.evolve(history=history)
@@ -294,14 +435,80 @@ def test_an_empty_history_and_empty_extensions_store_no_segment(client: Any, pre
     assert objects(client, prefix, "segments") == {}
 
 
+# -- requests per operation ----------------------------------------------------------------
+
+
+def reads(recording: Recording) -> list[str]:
+    """The reads among the recorded calls (the rest are PUTs and background DELETEs)."""
+    return [op for op, _, _ in recording.calls if op in ("get_object", "head_object",
+                                                         "list_objects_v2")]  # fmt: skip
+
+
+def test_a_first_put_and_the_writers_later_puts_and_delete_read_nothing_first(
+    client: Any, prefix: str
+) -> None:
+    """A new key is written as new (``If-None-Match``) without a read; a key this backend
+    wrote last is written over its remembered ETag (``If-Match``) without a read."""
+    recording = Recording(client)
+    backend = backend_on(recording, prefix)
+    store = Store(backend)
+    store.put(checkpoint("warm"), key="warm")  # the bucket check, once per backend
+    base = checkpoint("count")
+    for put in (
+        lambda: store.put(base.evolve(history=grow(10)[-1]), key="k"),  # new key
+        lambda: store.put(base.evolve(history=grow(11)[-1]), key="k"),  # an append
+        lambda: store.put(base.evolve(history=grow(4)[-1]), key="k"),  # a full rewrite
+        lambda: store.put(base.evolve(history=grow(5)[-1]), key="k", if_revision=3),
+        lambda: store.put(base, key="c", create_only=True),
+    ):
+        recording.calls.clear()
+        put()
+        assert reads(recording) == []
+    recording.calls.clear()
+    assert store.delete("k") is True
+    assert reads(recording) == []
+    assert [op for op, _, _ in recording.calls if op == "put_object"] == ["put_object"]
+    assert store.head("k") is None and store.get("c") == base
+
+
+def test_writes_over_a_key_changed_by_another_writer_never_lose_its_update(
+    client: Any, prefix: str
+) -> None:
+    """What a backend remembers of its last write may be stale: its next write then fails
+    its condition, reads, and plans again, so revisions, owners and refusals stay right."""
+    mine, theirs = Store(backend_on(client, prefix)), Store(backend_on(client, prefix))
+    base = checkpoint("stale", principal="alice")
+    assert mine.put(base, key="k").revision == 1
+    assert theirs.put(base.evolve(last_completed_iteration=5), key="k").revision == 2
+    # a guess that "k" is new, by a backend that never saw it
+    fresh = Store(backend_on(client, prefix))
+    assert fresh.put(base.evolve(last_completed_iteration=6), key="k").revision == 3
+    assert mine.put(base.evolve(last_completed_iteration=7), key="k").revision == 4
+    with pytest.raises(ConflictError):
+        theirs.put(base, key="k", if_revision=2)  # stored is 4: its memory says 2
+    assert theirs.put(base.evolve(last_completed_iteration=8), key="k", if_revision=4).revision == 5
+    with pytest.raises(OwnershipConflictError):
+        mine.put(checkpoint("stale", principal="mallory"), key="k")
+    with pytest.raises(ConflictError):
+        mine.put(base, key="k", create_only=True)
+    assert mine.get("k") == base.evolve(last_completed_iteration=8)
+    # a delete over a stale memory removes the current record, at its revision
+    with pytest.raises(ConflictError):
+        mine.delete("k", if_revision=4)
+    assert mine.delete("k", if_revision=5) is True
+    assert theirs.delete("k") is False
+    assert theirs.put(base, key="k").revision == 6  # past every revision the key had
+
+
 # -- races -------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("inline", [0, 60], ids=["segments", "inline"])
 @pytest.mark.parametrize("limit", [32, 2])
 def test_two_racing_appenders_from_one_base_have_exactly_one_winner(
-    client: Any, prefix: str, limit: int
+    client: Any, prefix: str, limit: int, inline: int
 ) -> None:
-    writers = [backend_on(client, prefix, limit), backend_on(client, prefix, limit)]
+    writers = [backend_on(client, prefix, limit, inline=inline) for _ in range(2)]
     appender = Appender()
     base = checkpoint("race", principal="p")
     first = base.evolve(history=grow(3)[-1])

@@ -13,7 +13,10 @@ A name over ``BUDGET`` characters is cut and ends in ``~`` plus a hash, since Se
 path segments over 255 bytes; listing orders such keys by their real keys. ``<position>``
 counts down as ``savedAt`` grows, so name order is newest first, ties by key, and a keyset
 cursor is a start-after name. ``<tags>`` hash owner, agent and failure phase, so filters skip
-entries unread. The header holds the key, the summary and a random write token.
+entries unread. The header holds the key, the summary and a random write token; a record kept
+in segments adds ``segs`` (``[[id, size], ...]``, oldest first) and ``dig`` (``segments.py``),
+and the S3 backend's ``inl``: that many of the object's last bytes are history content held in
+the record itself, the newest, after every listed segment's (absent: none).
 
 A save writes its new index entry, then the record (the commit point), then deletes the
 previous entry. An entry counts only while its record carries its token, so a crash leaves at
@@ -30,6 +33,7 @@ next record continues past every revision it had; reads and listings treat it as
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import itertools
 import threading
@@ -207,15 +211,180 @@ def _units(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
         yield group
 
 
+class Layout:
+    """Where a store's objects live under its root, and how their names and headers read:
+    the paths of records, index entries and segments, and listing through the index (``scan``),
+    given how to list entries and read records (the backend's I/O)."""
+
+    def __init__(self, backend: str, records: str, index: str, segments: str) -> None:
+        self.backend = backend
+        self.records = records
+        self.index = index
+        self.segments = segments
+
+    @classmethod
+    def under(cls, backend: str, root: str) -> Layout:
+        """The layout under ``root``, which is ``""`` or a path ending in ``/``."""
+        return cls(backend, root + "records/", root + "index/", root + "segments/")
+
+    def record_path(self, name: str) -> str:
+        return self.records + name
+
+    def segment_path(self, name: str, sid: str) -> str:
+        return f"{self.segments}{name}/{sid}"
+
+    def entry_path(self, summary: Summary, name: str, token: str) -> str:
+        if not 0 <= summary.saved_at + OFFSET <= TOP:
+            raise InvalidKeyError(f"savedAt {summary.saved_at} is outside what the index orders")
+        tags = _tag(summary.owner) + _tag(summary.agent_id) + _tag(summary.failure_phase)
+        return f"{self.index}{position(summary.saved_at):0{WIDTH}d}_{name}!{token}.{tags}"
+
+    def parse(self, entry: str) -> Entry | None:
+        """The entry named ``entry`` (its path with ``index`` removed); ``None`` if malformed."""
+        rest, _, tags = entry.rpartition(".")
+        name, bang, token = rest[WIDTH + 1 :].rpartition("!")
+        if not (rest[:WIDTH].isdigit() and rest[WIDTH : WIDTH + 1] == "_" and bang):
+            return None
+        return Entry(int(rest[:WIDTH]), name, token, tags) if len(tags) == 24 else None
+
+    def current(self, fields: dict[str, Any], name: str, operation: str, etag: str = "") -> Current:
+        f = fields
+        key = f.get("key") or name_key(name)
+        if not isinstance(key, str):
+            raise BackendError(f"{self.backend} record {name!r} does not name its key",
+                               backend=self.backend, operation=operation)  # fmt: skip
+        summary = Summary(key, f["run"], f["at"], f["owner"], f["agent"], f["phase"], f["iter"],
+                          f["msgs"], f["size"], f["rev"])  # fmt: skip
+        return Current(summary, f["tok"], etag)
+
+    def summary_of(
+        self, fields: dict[str, Any] | None, name: str, operation: str
+    ) -> Summary | None:
+        """The live record's summary; ``None`` for a missing key or a tombstone."""
+        if fields is None or is_grave(fields):
+            return None
+        return self.current(fields, name, operation).summary
+
+    def split(self, data: bytes, path: str, operation: str) -> tuple[dict[str, Any], bytes]:
+        """A record object's header fields and the bytes after the header line."""
+        header, newline, body = data.partition(b"\n")
+        try:
+            fields = orjson.loads(header) if newline else None
+        except orjson.JSONDecodeError:
+            fields = None
+        if not isinstance(fields, dict) or "tok" not in fields:
+            raise BackendError(
+                f"{self.backend} object {path!r} is not a record of this store",
+                backend=self.backend,
+                operation=operation,
+            )
+        return fields, body
+
+    def superseded(self, name: str, fields: dict[str, Any] | None, kept: set[str]) -> list[str]:
+        """What a write that replaced the record with header ``fields`` leaves behind: its
+        index entry and the segments the new record does not list (ids are never reused, so
+        no later record can refer to them)."""
+        if fields is None or is_grave(fields):
+            return []
+        current = self.current(fields, name, "save")
+        paths = [self.entry_path(current.summary, name, current.token)]
+        paths += [self.segment_path(name, str(sid)) for sid, _ in segments_of(fields) or []
+                  if sid not in kept]  # fmt: skip
+        return paths
+
+    def unlisted(
+        self,
+        paths: Sequence[str],
+        headers: Callable[[list[str]], list[dict[str, Any] | None]],
+    ) -> list[str]:
+        """The segment objects among ``paths`` that their record does not list, ``headers``
+        reading the records' header fields by name."""
+        by_name: dict[str, list[str]] = {}
+        for path in paths:
+            name, slash, _ = path[len(self.segments) :].rpartition("/")
+            if slash:
+                by_name.setdefault(name, []).append(path)
+        owners = list(by_name)
+        orphans: list[str] = []
+        for name, fields in zip(owners, headers(owners), strict=True):
+            segs = segments_of(fields) if fields is not None else None
+            kept = {self.segment_path(name, str(sid)) for sid, _ in segs or []}
+            orphans.extend(path for path in by_name[name] if path not in kept)
+        return sorted(orphans)
+
+    def scan(
+        self,
+        query: Query,
+        entries: Callable[[str], Iterator[Entry]],
+        fetch_many: Callable[[list[str]], list[Current | None]],
+    ) -> list[Summary]:
+        """``Backend.scan`` over the index: ``entries(start)`` yields the entries in name order
+        strictly after the name ``start``; ``fetch_many(names)`` reads those records."""
+        start = ""
+        if query.saved_before is not None:
+            if position(query.saved_before) > TOP:
+                return []
+            # '~' sorts after '_': entries saved at the bound itself are skipped too
+            start = f"{position(query.saved_before):0{WIDTH}d}~"
+        stop = TOP if query.saved_since is None else position(query.saved_since)
+        if query.after is not None:
+            saved, key = query.after
+            if query.oldest_first:
+                stop = min(stop, position(saved))
+            else:
+                # past every entry of the cursor's key (or of its stem), before greater keys
+                start = max(start, f"{position(saved):0{WIDTH}d}_{stem(key_name(key))}!~")
+        found = itertools.takewhile(lambda e: e.position <= stop, entries(start))
+        units = _units(e for e in found if _may_match(e, query))
+        if query.oldest_first:
+            # reversed by position only: the sort is stable, so ties stay in key order
+            units = iter(sorted(units, key=lambda unit: -unit[0].position))
+        return _collect(units, query, fetch_many)
+
+
+def _collect(
+    units: Iterable[list[Entry]],
+    query: Query,
+    fetch_many: Callable[[list[str]], list[Current | None]],
+) -> list[Summary]:
+    """Keep the entries whose record still carries their token and passes the query,
+    reading records a page's worth at a time."""
+    out: list[Summary] = []
+    batch: list[list[Entry]] = []
+    ending: list[list[Entry]] = [[]]  # flushes the last batch
+    for unit in itertools.chain(units, ending):
+        if unit:
+            batch.append(unit)
+            if sum(map(len, batch)) < query.limit - len(out):
+                continue
+        entries = [entry for chunk in batch for entry in chunk]
+        found = fetch_many([e.name for e in entries])
+        valid = {
+            e: c.summary for e, c in zip(entries, found, strict=True) if c and c.token == e.token
+        }
+        for chunk in batch:
+            for summary in sorted((valid[e] for e in chunk if e in valid), key=lambda s: s.key):
+                if is_after(summary, query) and matches(summary, query):
+                    out.append(summary)
+                    if len(out) >= query.limit:
+                        return out
+        batch = []
+    return out
+
+
 class ObjectLayout(Closable):
-    """Names, headers and index listing shared by the fsspec and S3 backends. Subclasses set
-    ``_records``, ``_index`` and ``_segments`` (path prefixes ending in ``/``) and provide
-    ``_save``, ``_entries`` and ``_fetch_many``."""
+    """The fsspec backend's base: ``Layout``'s methods under the names that backend calls.
+    The subclass sets ``_records``, ``_index`` and ``_segments`` (path prefixes ending in
+    ``/``) and provides ``_save``, ``_entries`` and ``_fetch_many``."""
 
     name: str
     _records: str
     _index: str
     _segments: str
+
+    @functools.cached_property
+    def _layout(self) -> Layout:
+        return Layout(self.name, self._records, self._index, self._segments)
 
     def save(
         self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
@@ -238,48 +407,6 @@ class ObjectLayout(Closable):
     ) -> Summary:
         raise NotImplementedError
 
-    def _segment_path(self, name: str, sid: str) -> str:
-        return f"{self._segments}{name}/{sid}"
-
-    def _summary_of(
-        self, fields: dict[str, Any] | None, name: str, operation: str
-    ) -> Summary | None:
-        if fields is None or is_grave(fields):
-            return None
-        return self._current(fields, name, operation).summary
-
-    def _superseded(self, name: str, fields: dict[str, Any] | None, kept: set[str]) -> list[str]:
-        """What a write that replaced the record with header ``fields`` leaves behind: its
-        index entry and the segments the new record does not list (ids are never reused, so
-        no later record can refer to them)."""
-        if fields is None or is_grave(fields):
-            return []
-        current = self._current(fields, name, "save")
-        paths = [self._entry_path(current.summary, name, current.token)]
-        paths += [self._segment_path(name, str(sid)) for sid, _ in segments_of(fields) or []
-                  if sid not in kept]  # fmt: skip
-        return paths
-
-    def _unlisted(
-        self,
-        paths: Sequence[str],
-        headers: Callable[[list[str]], list[dict[str, Any] | None]],
-    ) -> list[str]:
-        """The segment objects among ``paths`` that their record does not list, ``headers``
-        reading the records' header fields by name."""
-        by_name: dict[str, list[str]] = {}
-        for path in paths:
-            name, slash, _ = path[len(self._segments) :].rpartition("/")
-            if slash:
-                by_name.setdefault(name, []).append(path)
-        owners = list(by_name)
-        orphans: list[str] = []
-        for name, fields in zip(owners, headers(owners), strict=True):
-            segs = segments_of(fields) if fields is not None else None
-            kept = {self._segment_path(name, str(sid)) for sid, _ in segs or []}
-            orphans.extend(path for path in by_name[name] if path not in kept)
-        return sorted(orphans)
-
     def _entries(self, start: str) -> Iterator[Entry]:
         """Index entries in name order, strictly after the name ``start``."""
         raise NotImplementedError
@@ -287,93 +414,37 @@ class ObjectLayout(Closable):
     def _fetch_many(self, names: Sequence[str], operation: str) -> list[Current | None]:
         raise NotImplementedError
 
+    def _segment_path(self, name: str, sid: str) -> str:
+        return self._layout.segment_path(name, sid)
+
+    def _summary_of(
+        self, fields: dict[str, Any] | None, name: str, operation: str
+    ) -> Summary | None:
+        return self._layout.summary_of(fields, name, operation)
+
+    def _superseded(self, name: str, fields: dict[str, Any] | None, kept: set[str]) -> list[str]:
+        return self._layout.superseded(name, fields, kept)
+
+    def _unlisted(
+        self,
+        paths: Sequence[str],
+        headers: Callable[[list[str]], list[dict[str, Any] | None]],
+    ) -> list[str]:
+        return self._layout.unlisted(paths, headers)
+
     def _entry_path(self, summary: Summary, name: str, token: str) -> str:
-        if not 0 <= summary.saved_at + OFFSET <= TOP:
-            raise InvalidKeyError(f"savedAt {summary.saved_at} is outside what the index orders")
-        tags = _tag(summary.owner) + _tag(summary.agent_id) + _tag(summary.failure_phase)
-        return f"{self._index}{position(summary.saved_at):0{WIDTH}d}_{name}!{token}.{tags}"
+        return self._layout.entry_path(summary, name, token)
 
     def _parse(self, entry: str) -> Entry | None:
-        rest, _, tags = entry.rpartition(".")
-        name, bang, token = rest[WIDTH + 1 :].rpartition("!")
-        if not (rest[:WIDTH].isdigit() and rest[WIDTH : WIDTH + 1] == "_" and bang):
-            return None
-        return Entry(int(rest[:WIDTH]), name, token, tags) if len(tags) == 24 else None
+        return self._layout.parse(entry)
 
     def _current(
         self, fields: dict[str, Any], name: str, operation: str, etag: str = ""
     ) -> Current:
-        f = fields
-        key = f.get("key") or name_key(name)
-        if not isinstance(key, str):
-            raise BackendError(f"{self.name} record {name!r} does not name its key",
-                               backend=self.name, operation=operation)  # fmt: skip
-        summary = Summary(key, f["run"], f["at"], f["owner"], f["agent"], f["phase"], f["iter"],
-                          f["msgs"], f["size"], f["rev"])  # fmt: skip
-        return Current(summary, f["tok"], etag)
-
-    def _header(self, key: str, summary: Summary, token: str) -> bytes:
-        return orjson.dumps({"key": key, **fields_of(summary, token)}) + b"\n"
+        return self._layout.current(fields, name, operation, etag)
 
     def _split(self, data: bytes, path: str, operation: str) -> tuple[dict[str, Any], bytes]:
-        header, newline, body = data.partition(b"\n")
-        try:
-            fields = orjson.loads(header) if newline else None
-        except orjson.JSONDecodeError:
-            fields = None
-        if not isinstance(fields, dict) or "tok" not in fields:
-            raise BackendError(
-                f"{self.name} object {path!r} is not a record of this store",
-                backend=self.name,
-                operation=operation,
-            )
-        return fields, body
+        return self._layout.split(data, path, operation)
 
     def scan(self, query: Query) -> list[Summary]:
-        start = ""
-        if query.saved_before is not None:
-            if position(query.saved_before) > TOP:
-                return []
-            # '~' sorts after '_': entries saved at the bound itself are skipped too
-            start = f"{position(query.saved_before):0{WIDTH}d}~"
-        stop = TOP if query.saved_since is None else position(query.saved_since)
-        if query.after is not None:
-            saved, key = query.after
-            if query.oldest_first:
-                stop = min(stop, position(saved))
-            else:
-                # past every entry of the cursor's key (or of its stem), before greater keys
-                start = max(start, f"{position(saved):0{WIDTH}d}_{stem(key_name(key))}!~")
-        entries = itertools.takewhile(lambda e: e.position <= stop, self._entries(start))
-        units = _units(e for e in entries if _may_match(e, query))
-        if query.oldest_first:
-            # reversed by position only: the sort is stable, so ties stay in key order
-            units = iter(sorted(units, key=lambda unit: -unit[0].position))
-        return self._collect(units, query)
-
-    def _collect(self, units: Iterable[list[Entry]], query: Query) -> list[Summary]:
-        """Keep the entries whose record still carries their token and passes the query,
-        reading records a page's worth at a time."""
-        out: list[Summary] = []
-        batch: list[list[Entry]] = []
-        ending: list[list[Entry]] = [[]]  # flushes the last batch
-        for unit in itertools.chain(units, ending):
-            if unit:
-                batch.append(unit)
-                if sum(map(len, batch)) < query.limit - len(out):
-                    continue
-            entries = [entry for chunk in batch for entry in chunk]
-            found = self._fetch_many([e.name for e in entries], "scan")
-            valid = {
-                e: c.summary
-                for e, c in zip(entries, found, strict=True)
-                if c and c.token == e.token
-            }
-            for chunk in batch:
-                for summary in sorted((valid[e] for e in chunk if e in valid), key=lambda s: s.key):
-                    if is_after(summary, query) and matches(summary, query):
-                        out.append(summary)
-                        if len(out) >= query.limit:
-                            return out
-            batch = []
-        return out
+        return self._layout.scan(query, self._entries, lambda n: self._fetch_many(n, "scan"))

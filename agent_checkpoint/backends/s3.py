@@ -1,63 +1,73 @@
-"""S3 and S3-compatible servers on boto3, in the object layout described in ``fsspec.py``.
+"""S3 and S3-compatible servers on boto3, in the object layout described in ``objects.py``.
 
 Where the fsspec backend takes a lock, this one uses S3's conditional writes, so they hold
-between processes: a save reads the record (HEAD), writes its new index entry, PUTs the record
-with ``If-None-Match: *`` (new key) or ``If-Match: <etag>`` (the commit point), then hands
-the previous entry (and any segment no longer referred to) to a background thread to delete
-(``flush`` waits for it, and so do ``close`` and ``verify``); a lost condition (412, or 404 where AWS answers that for a key deleted
-meanwhile) re-reads and plans again, so the refusal is the right one (revision or owner). The
-header's write token makes every write's ETag unique, so ``If-Match`` compares writes, not
-contents. The header is mirrored into object metadata (when it fits AWS's 2 KB), so ``head``
-is one HEAD request, and listing a page is one LIST plus a HEAD per entry, in parallel, to
-keep only entries whose record still carries their token. Drop is conditional (``If-Match``)
-only under ``expect_revision``.
+between processes. A save writes its new index entry, then PUTs the record with
+``If-None-Match: *`` (new key) or ``If-Match: <etag>`` (the commit point), then hands the
+previous entry (and any segment no longer referred to) to a background thread to delete
+(``flush`` waits for it, and so do ``close`` and ``verify``). No read comes first when the
+backend remembers the key's last write (its header and ETag), nor for a key it does not know,
+which it writes as new; a lost condition (412, or 404 where AWS answers that for a key deleted
+meanwhile) reads the header and plans again, and only a refusal planned on what was read is
+raised, so it is the right one (revision, owner, create-only). The header's write token makes
+every write's ETag unique, so ``If-Match`` compares writes, not contents. The header is
+mirrored into object metadata (when it fits AWS's 2 KB), so ``head`` is one HEAD request, and
+listing a page is one LIST plus a HEAD per entry, in parallel, to keep only entries whose
+record still carries their token.
+
+A growing history (``Appending``) keeps its newest messages in the record object itself, after
+the head, up to ``inline_bytes``: an append rewrites the record with them and uploads no
+segment until they outgrow that, when they move into one segment object (uploaded with the
+index entry, before the commit). A record's segments stay under ``max_segments`` by merging the
+newest of them. Drop writes a tombstone over the record read (``If-Match``).
 
 ``verify(repair=True)`` leaves entries younger than ``grace`` seconds alone: they may belong
 to a save in flight, whose entry is written before its record.
 
-The backend's reads are in ``s3_reads.py``, its writes and deletes in ``s3_writes.py``, its
-client, bucket check and error translation in ``s3_bucket.py``.
+The parts: ``s3_bucket.py`` (``Bucket``: the client, requests, conditional PUTs, background
+deletes), ``s3_records.py`` (``Records``: reading records, remembering the last writes),
+``s3_writes.py`` (``Write``: one write's uploads and commit).
 """
 
 from __future__ import annotations
 
-import base64
 import secrets
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import orjson
-from botocore.exceptions import ClientError
 
 from ..errors import ConflictError, InvalidKeyError
 from .base import Query, Record, Summary, plan_save
-from .objects import (
-    RecentSegments,
-    grave_fields,
-    is_grave,
-    key_name,
-    next_revision,
-    reserved_root,
-)
-from .s3_bucket import PAGE
-from .s3_reads import S3Reads
-from .s3_writes import RACES, Known, S3Cleanup, Write, lost_race
+from .objects import Entry, Layout, grave_fields, is_grave, key_name, next_revision, reserved_root
+from .s3_bucket import NAME, Bucket, connect
+from .s3_records import Known, Records, pack
+from .s3_writes import Write
 from .segments import Split, merge, merge_start, plan_append, plan_split
 from .url_options import flag, refuse_unknown
 
+RACES = 32
+"""Attempts at one write while other writers keep winning its condition."""
 
-class S3Backend(S3Reads, S3Cleanup):
-    name = "s3"
+GUESS_BYTES = 64 << 10
+"""A write of a key this backend does not remember, with no ``expect_revision``, is first
+tried as a new key (``If-None-Match: *``, no read before it) when its record object is no
+larger than this; a larger one reads the key's header first rather than risk sending its
+bytes twice."""
+
+
+class S3Backend:
+    name = NAME
     conditional_writes_across_processes = True
     max_segments = 32
     recent_segment_bytes = 4 << 20
     """How many bytes of the segments it wrote last a backend keeps, so that merging them
     (once a record holds ``max_segments``) needs no read."""
+    inline_bytes = 8 << 10
+    """How many bytes of the newest history content a record object holds itself, after its
+    head: an append that stays under this rewrites the record and uploads no segment."""
 
     def __init__(
         self,
@@ -78,23 +88,12 @@ class S3Backend(S3Reads, S3Cleanup):
         self.client = client
         self.bucket = bucket
         self.prefix = "/".join(parts)
-        root = self.prefix + "/" if parts else ""
-        self._records = root + "records/"
-        self._index = root + "index/"
-        self._segments = root + "segments/"
-        self._create = create_bucket
-        self._owns = owns_client
-        self._region = region
-        self._bucket_checked = False
-        self._bucket_lock = threading.Lock()
-        self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
-        self._segment_threads: ThreadPoolExecutor | None = None
-        self._janitor: ThreadPoolExecutor | None = None  # deletes what writes left behind
-        self._cleaning: set[Future[None]] = set()
-        self._recent = RecentSegments(self.recent_segment_bytes)
-        self._remembered: OrderedDict[str, Known] = OrderedDict()
+        self._layout = Layout.under(NAME, self.prefix + "/" if parts else "")
+        self._bucket = Bucket(client, bucket, self._layout.records, create=create_bucket,
+                              region=region, owns_client=owns_client)  # fmt: skip
+        self._records = Records(self._bucket, self._layout, self.recent_segment_bytes)
         self._siblings: dict[str, S3Backend] = {}
+        self._lock = threading.Lock()
 
     @classmethod
     def from_url(
@@ -124,18 +123,40 @@ class S3Backend(S3Reads, S3Cleanup):
         if client is not None:
             return cls(client, parts.netloc, parts.path, create_bucket=create_bucket, region=region)
         endpoint_url = endpoint_url or params.get("endpoint_url")
-        made = cls._connect(endpoint_url, region, profile or params.get("profile"))
+        made = connect(endpoint_url, region, profile or params.get("profile"))
         return cls(made, parts.netloc, parts.path, create_bucket=create_bucket, region=region,
                    owns_client=True)  # fmt: skip
 
+    @property
+    def closed(self) -> bool:
+        return self._bucket.closed
+
+    def _check(self, operation: str) -> None:
+        self._bucket.check(operation)
+
     def load(self, key: str) -> Record | None:
-        self._check_bucket("load")
-        return self._load(key_name(key), "load")
+        self._check("load")
+        return self._records.load(key_name(key), "load")
 
     def head(self, key: str) -> Summary | None:
-        self._check_bucket("head")
-        current = self._fetch(key_name(key), "head")
+        self._check("head")
+        current = self._records.fetch(key_name(key), "head")
         return current.summary if current is not None else None
+
+    def save(
+        self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
+    ) -> Summary:
+        return self._save(record, None, expect_revision, create_only)
+
+    def save_split(
+        self,
+        record: Record,
+        split: Split,
+        *,
+        expect_revision: int | None = None,
+        create_only: bool = False,
+    ) -> Summary:
+        return self._save(record, split, expect_revision, create_only)
 
     def _save(
         self,
@@ -144,31 +165,40 @@ class S3Backend(S3Reads, S3Cleanup):
         expect_revision: int | None,
         create_only: bool,
     ) -> Summary:
-        self._check_bucket("save")
+        self._check("save")
         key, name = record.key, key_name(record.key)
-        write = Write(self, name)
+        head = record.body if split is None else split.head
+        current, verified = self._records.recall(name), False
+        # unknown, it is guessed new: If-None-Match refuses an existing key, and costs no read
+        guess = expect_revision is None and len(head) <= GUESS_BYTES
+        if current is None and not guess:
+            current, verified = self._records.header(name, "save"), True
+        write = Write(self._records, name)
         try:
             segs: list[list[Any]] = []
-            if split is not None and split.segment:
-                segs = [[write.upload(split.segment), len(split.segment)]]
-            for attempt in range(RACES):
-                # If-None-Match refuses an existing key by itself: a create needs no read first
-                current = None if create_only and attempt == 0 else self._known(name, "save", True)
+            inline = split.segment if split is not None else b""
+            if len(inline) > self.inline_bytes:
+                segs, inline = [[write.upload(inline), len(inline)]], b""
+            for _ in range(RACES):
                 fields = current.fields if current else None
-                summary = (plan_save if split is None else plan_split)(
-                    self._summary_of(fields, name, "save"),
-                    record,
-                    expect_revision=expect_revision,
-                    create_only=create_only,
-                    revision=next_revision(fields),
-                )
-                if split is None:
-                    landed = write.commit(key, summary, record.body, {}, current)
-                else:
-                    extra = {"dig": split.digest, "segs": segs}
-                    landed = write.commit(key, summary, split.head, extra, current)
-                if landed:
+                try:
+                    summary = (plan_save if split is None else plan_split)(
+                        self._layout.summary_of(fields, name, "save"),
+                        record,
+                        expect_revision=expect_revision,
+                        create_only=create_only,
+                        revision=next_revision(fields),
+                    )
+                except ConflictError:
+                    if verified:
+                        raise
+                    # refused by a guess or a memory: only what is stored may refuse a write
+                    current, verified = self._records.header(name, "save"), True
+                    continue
+                extra = {} if split is None else {"dig": split.digest, "segs": segs}
+                if write.commit(key, summary, head, extra, current, inline):
                     return summary
+                current, verified = self._records.header(name, "save"), True
         finally:
             write.close()
         raise ConflictError(f"key {key!r} changed under {RACES} attempts to write it", key=key)
@@ -176,40 +206,44 @@ class S3Backend(S3Reads, S3Cleanup):
     def append(
         self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
     ) -> Summary | None:
-        self._check_bucket("append")
+        self._check("append")
         name = key_name(summary.key)
-        current = self._recall(name)
+        current = self._records.recall(name)
         if current is None or not current.extends(base_revision, base_digest):
-            current = self._read_header(name, "append")
-        write = Write(self, name)
+            current = self._records.header(name, "append", inline=True)
+        write = Write(self._records, name)
         try:
-            new: list[list[Any]] = []
-            if split.segment:
-                new = [[write.upload(split.segment), len(split.segment)]]
             for _ in range(RACES):
                 if current is None or not current.extends(base_revision, base_digest):
                     return None
+                if current.inline is None:  # its inline content was not read: read it
+                    current = self._records.header(name, "append", inline=True)
+                    continue
                 planned = plan_append(
-                    self._summary_of(current.fields, name, "append"),
+                    self._layout.summary_of(current.fields, name, "append"),
                     summary,
                     base_revision=base_revision,
                     revision=next_revision(current.fields),
                 )
                 segs = list(current.segments or [])
-                if new and len(segs) + 1 > self.max_segments:
-                    merged = self._merge(name, segs, write)
-                    if merged is None:  # a segment is gone: re-read, or let a full write heal
-                        again = self._read_header(name, "append")
-                        if again is None or again.etag == current.etag:
-                            return None
-                        current = again
-                        continue
-                    segs = merged
-                extra = {"dig": split.digest, "segs": segs + new}
-                if write.commit(summary.key, planned, split.head, extra, current):
+                inline = merge([current.inline, split.segment])
+                if len(inline) > self.inline_bytes:  # the inline content becomes a segment
+                    if len(segs) + 1 > self.max_segments:
+                        merged = self._merge(name, segs, write)
+                        if merged is None:  # a segment is gone: re-read, or let a full write heal
+                            again = self._records.header(name, "append", inline=True)
+                            if again is None or again.etag == current.etag:
+                                return None
+                            current = again
+                            continue
+                        segs = merged
+                    segs.append([write.upload(inline, attempt=True), len(inline)])
+                    inline = b""
+                extra = {"dig": split.digest, "segs": segs}
+                if write.commit(summary.key, planned, split.head, extra, current, inline):
                     return planned
-                write.discard_merged()
-                current = self._read_header(name, "append")
+                write.discard_attempt()
+                current = self._records.header(name, "append", inline=True)
         finally:
             write.close()
         raise ConflictError(
@@ -220,139 +254,155 @@ class S3Backend(S3Reads, S3Cleanup):
         """``segs`` with its newest segments joined into one new object (uploaded with the
         commit), so that one more fits under ``max_segments``; ``None`` if one is gone."""
         start = merge_start([int(size) for _, size in segs], self.max_segments)
-        parts = self._read_segments(name, [sid for sid, _ in segs[start:]], "append")
+        parts = self._records.read_segments(name, [sid for sid, _ in segs[start:]], "append")
         if any(part is None for part in parts):
             return None
         joined = merge([part for part in parts if part is not None])
-        return [*segs[:start], [write.upload(joined, merged=True), len(joined)]]
+        return [*segs[:start], [write.upload(joined, attempt=True), len(joined)]]
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
-        self._check_bucket("drop")
+        self._check("drop")
         name = key_name(key)
+        current, verified = self._records.recall(name), False
+        if current is None:
+            current, verified = self._records.header(name, "drop"), True
         for _ in range(RACES):
-            current = self._known(name, "drop", segments=True)
-            if current is None or is_grave(current.fields):
+            found = self._live_revision(current, name)
+            if not verified and (found is None or expect_revision not in (None, found)):
+                # a memory may be stale: only what is stored may refuse a drop
+                current, verified = self._records.header(name, "drop"), True
+                continue
+            if current is None or found is None:
                 if expect_revision is not None:
                     raise ConflictError(f"key {key!r} does not exist", key=key)
                 return False
-            summary = self._current(current.fields, name, "drop").summary
-            found = summary.revision
             if expect_revision is not None and found != expect_revision:
                 raise ConflictError(
                     f"key {key!r} is at revision {found}, not {expect_revision}", key=key
                 )
-            # The tombstone replaces exactly the record read (If-Match), so it removes the
-            # segments of that record, never those of one committed meanwhile.
-            grave = grave_fields(found, secrets.token_hex(8))
-            packed = base64.urlsafe_b64encode(orjson.dumps(grave)).decode()
-            with self._translate("drop"):
-                try:
-                    self.client.put_object(Bucket=self.bucket, Key=self._records + name,
-                                           Body=orjson.dumps(grave) + b"\n",
-                                           Metadata={"ac": packed},
-                                           IfMatch=f'"{current.etag}"')  # fmt: skip
-                except ClientError as exc:
-                    if not lost_race(exc):
-                        raise
-                    self._forget_known(name)
-                    continue
-            self._forget_known(name)
-            self._forget(self._superseded(name, current.fields, set()))
-            return True
+            if self._bury(name, found, current):
+                return True
+            current, verified = self._records.header(name, "drop"), True
         raise ConflictError(f"key {key!r} changed under {RACES} attempts to drop it", key=key)
 
+    def _live_revision(self, known: Known | None, name: str) -> int | None:
+        if known is None or is_grave(known.fields):
+            return None
+        return self._layout.current(known.fields, name, "drop").summary.revision
+
+    def _bury(self, name: str, revision: int, current: Known) -> bool:
+        """Replace exactly the record read (``If-Match``) with a tombstone, so that its
+        segments go with it, never those of one committed meanwhile; ``False`` if it changed."""
+        grave = grave_fields(revision, secrets.token_hex(8))
+        etag = self._bucket.put_if(self._layout.record_path(name), orjson.dumps(grave) + b"\n",
+                                   "drop", etag=current.etag, metadata={"ac": pack(grave)})  # fmt: skip
+        self._records.forget(name)
+        if etag is None:
+            return False
+        self._records.delete_later(self._layout.superseded(name, current.fields, set()))
+        return True
+
     def scan(self, query: Query) -> list[Summary]:
-        self._check_bucket("scan")
-        return super().scan(query)
+        self._check("scan")
+        return self._layout.scan(
+            query, self._entries, lambda names: self._records.fetch_many(names, "scan")
+        )
+
+    def _entries(self, start: str) -> Iterator[Entry]:
+        index = self._layout.index
+        for path in self._bucket.list_after(index, index + start, "scan"):
+            entry = self._layout.parse(path[len(index) :])
+            if entry is not None:
+                yield entry
 
     def verify(self, *, repair: bool = False, grace: float = 300.0) -> dict[str, int]:
         """Compare the index with the records; with ``repair``, write missing entries and
         delete stale ones older than ``grace`` seconds. Segment objects no record refers to
         (left by a writer that died before its record's PUT) count as ``orphans``; ``repair``
         deletes those older than ``grace`` too."""
-        self._check_bucket("verify")
+        self._check("verify")
         self.flush()  # what this process's writes left behind is not stale, only queued
+        layout, bucket = self._layout, self._bucket
         # segments are listed before the records are read: a segment written after its
         # record was read is young, and ``grace`` spares it
-        segments, _ = self._list_all(self._segments)
-        records, _ = self._list_all(self._records)
-        names = [path[len(self._records) :] for path, _ in records]
-        currents = self._fetch_many(names, "verify")
+        segments, _ = bucket.list_all(layout.segments, "verify")
+        records, _ = bucket.list_all(layout.records, "verify")
+        names = [path[len(layout.records) :] for path, _ in records]
+        currents = self._records.fetch_many(names, "verify")
         expected = {
-            self._entry_path(c.summary, n, c.token)
+            layout.entry_path(c.summary, n, c.token)
             for n, c in zip(names, currents, strict=True)
             if c is not None
         }
-        entries, now = self._list_all(self._index)
+        entries, now = bucket.list_all(layout.index, "verify")
         missing = sorted(expected - {path for path, _ in entries})
         cutoff = now - timedelta(seconds=grace)
         stale = [path for path, modified in entries if path not in expected and modified <= cutoff]
         orphans = self._orphans([path for path, modified in segments if modified <= cutoff])
         if repair:
-            with self._translate("verify"):
-                self._map(lambda p: self.client.put_object(Bucket=self.bucket, Key=p, Body=b""),
-                          missing)  # fmt: skip
-                for paths in (stale, orphans):
-                    for chunk in range(0, len(paths), PAGE):
-                        self._delete_many(paths[chunk : chunk + PAGE])
+            bucket.put_many([(path, b"") for path in missing], "verify")
+            bucket.delete(stale, "verify")
+            bucket.delete(orphans, "verify")
         count = sum(c is not None for c in currents)
         return {"records": count, "missing": len(missing), "stale": len(stale),
                 "orphans": len(orphans)}  # fmt: skip
 
     def collect_orphans(self, *, delete: bool = False, grace: float = 300.0) -> int:
-        self._check_bucket("verify")
+        self._check("verify")
         self.flush()
-        segments, now = self._list_all(self._segments)
+        segments, now = self._bucket.list_all(self._layout.segments, "verify")
         cutoff = now - timedelta(seconds=grace)
         orphans = self._orphans([path for path, modified in segments if modified <= cutoff])
         if delete:
-            with self._translate("verify"):
-                for chunk in range(0, len(orphans), PAGE):
-                    self._delete_many(orphans[chunk : chunk + PAGE])
+            self._bucket.delete(orphans, "verify")
         return len(orphans)
 
     def _orphans(self, paths: Sequence[str]) -> list[str]:
         """The segment objects among ``paths`` that their record does not refer to."""
 
         def headers(names: list[str]) -> list[dict[str, Any] | None]:
-            knowns = self._map(lambda n: self._read_header(n, "verify"), names)
+            knowns = self._bucket.map(lambda n: self._records.header(n, "verify"), names)
             return [known.fields if known else None for known in knowns]
 
-        return self._unlisted(paths, headers)
+        return self._layout.unlisted(paths, headers)
 
     def iter_records(self) -> Iterator[Record]:
         """Every record, read from the records themselves, not through the index."""
-        self._check_bucket("verify")
-        records, _ = self._list_all(self._records)
-        names = [path[len(self._records) :] for path, _ in records]
-        for start in range(0, len(names), PAGE):
-            loaded = self._map(lambda n: self._load(n, "verify"), names[start : start + PAGE])
+        self._check("verify")
+        records, _ = self._bucket.list_all(self._layout.records, "verify")
+        names = [path[len(self._layout.records) :] for path, _ in records]
+        for start in range(0, len(names), 1000):
+            loaded = self._bucket.map(
+                lambda n: self._records.load(n, "verify"), names[start : start + 1000]
+            )
             yield from (record for record in loaded if record is not None)
 
     def rebuild_index(self) -> int:
         return self.verify(repair=True)["records"]
+
+    def flush(self) -> None:
+        """Wait for the deletes that earlier writes left to the background (the index entries
+        and segments a commit superseded, a lost attempt's uploads); ``close`` waits too."""
+        self._bucket.flush()
+        with self._lock:
+            siblings = list(self._siblings.values())
+        for sibling in siblings:
+            sibling.flush()
 
     def namespace(self, name: str) -> S3Backend:
         with self._lock:
             sibling = self._siblings.get(name)
             if sibling is None:
                 prefix = f"{self.prefix}/_{name}" if self.prefix else f"_{name}"
-                sibling = S3Backend(self.client, self.bucket, prefix, create_bucket=self._create,
-                                    region=self._region, _namespace=True)  # fmt: skip
+                sibling = S3Backend(self.client, self.bucket, prefix,
+                                    create_bucket=self._bucket.create, region=self._bucket.region,
+                                    _namespace=True)  # fmt: skip
                 self._siblings[name] = sibling
             return sibling
 
     def close(self) -> None:
         with self._lock:
-            if self._closed:
-                return
-            self._closed = True
             siblings = list(self._siblings.values())
-            pools = [self._janitor, self._pool, self._segment_threads]  # the janitor drains first
         for sibling in siblings:
             sibling.close()
-        for pool in pools:
-            if pool is not None:
-                pool.shutdown(wait=True)
-        if self._owns:
-            self.client.close()
+        self._bucket.close()
