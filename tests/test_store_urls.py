@@ -70,7 +70,7 @@ def test_url_options_reach_the_backend() -> None:
     assert (redis_store.backend.prefix, redis_store.backend.ttl_ms) == ("mine", 1500)
     redis_store.close()
     s3_store = open_store(f"{S3}&create_bucket=yes")
-    assert s3_store.backend._create is True
+    assert s3_store.backend._bucket.create is True
     s3_store.close()
 
 
