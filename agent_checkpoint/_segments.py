@@ -77,6 +77,8 @@ class Layout:
         if not body.startswith(MAGIC):
             return None
         end = body.find(b"\n", len(MAGIC))
+        if end < 0:
+            return None
         try:
             manifest = orjson.loads(body[len(MAGIC) : end])
             pieces = tuple((str(i), int(n)) for i, n in manifest["s"])
@@ -84,7 +86,7 @@ class Layout:
             digest = str(manifest["d"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             return None
-        if end < 0 or not 0 <= cut <= len(rest) or rest[:cut].count(GAP) != 1:
+        if not 0 <= cut <= len(rest) or rest[:cut].count(GAP) != 1:
             return None
         return Layout(pieces, rest[:cut], rest[cut:], digest)
 
@@ -146,7 +148,7 @@ class Segmented(Closable):
     ) -> Summary:
         """A whole record; the pieces of the layout it replaces are dropped (but for those
         ``record`` names itself, if it is a layout record saved again as it was)."""
-        old = None if create_only else self._layout(record.key)
+        old = None if create_only else self._layout(record.key, revision=expect_revision)
         summary = self.inner.save(record, expect_revision=expect_revision, create_only=create_only)
         self._forget(record.key)
         new = Layout.unpack(record.body)  # bytes that are a layout keep the pieces they name

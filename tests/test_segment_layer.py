@@ -33,7 +33,6 @@ class Counting(MemoryBackend):
         super().__init__()
         self.saved: list[tuple[str, int]] = []
         self.fail_next_save_after_landing = False
-        self.fail_next_piece = False
 
     def save(self, record: Record, **kwargs: Any) -> Summary:
         summary = super().save(record, **kwargs)
