@@ -40,16 +40,21 @@ from typing import Any
 
 import orjson
 
-from .backends.base import Backend, Closable, Query, Record, Summary
+from .backends.base import Backend, Batched, Closable, Query, Record, Summary
 from .backends.segments import GAP, Split, merge, merge_start
 from .errors import BackendUnavailableError, ConflictError, UnreadableEnvelopeError
 from .model import now_ms
 
-__all__ = ["MAGIC", "PIECES", "Layout", "Segmented"]
+__all__ = ["INLINE_BYTES", "MAGIC", "PIECES", "Layout", "Segmented"]
 
 MAGIC = b"\x00ACS1\n"
 PIECES = "segments"
 """The namespace that holds the pieces."""
+
+INLINE_BYTES = 16 * 1024
+"""History content kept in the layout record before it spills into a piece, unless the
+backend declares its own ``segment_inline_bytes`` (where rewriting more bytes per put costs
+less than a piece: one more round trip per read)."""
 
 _READS = 8  # a reader racing writers that replace pieces reads the layout again this often
 
@@ -100,11 +105,15 @@ class Segmented(Closable):
     ``segments`` namespace (see the module docstring). Everything else passes through."""
 
     def __init__(
-        self, inner: Any, *, inline_bytes: int = 16 * 1024, max_segments: int = 16
+        self, inner: Any, *, inline_bytes: int | None = None, max_segments: int = 16
     ) -> None:
         self.inner: Backend = inner
         self.name = inner.name
-        self.inline_bytes = inline_bytes
+        self.inline_bytes: int = (
+            inline_bytes
+            if inline_bytes is not None
+            else getattr(inner, "segment_inline_bytes", INLINE_BYTES)
+        )
         self.max_segments = max_segments
         self._pieces: Backend | None = None
         self._known: OrderedDict[str, tuple[int, Layout]] = OrderedDict()
@@ -115,27 +124,40 @@ class Segmented(Closable):
     def load(self, key: str) -> Record | None:
         for _ in range(_READS):
             record = self.inner.load(key)
-            layout = None if record is None else Layout.unpack(record.body)
-            if record is None or layout is None:
-                return record
-            contents = [self._piece(key, piece) for piece, _ in layout.pieces]
-            if all(c is not None for c in contents):
-                body = layout.assemble(c for c in contents if c is not None)
-                return Record(replace(record.summary, size=len(body)), body)
-            again = self.inner.head(key)
-            if again is not None and again.revision == record.summary.revision:
-                missing = [p for (p, _), c in zip(layout.pieces, contents, strict=True) if not c]
-                raise UnreadableEnvelopeError(
-                    f"record {key!r} (revision {again.revision}) refers to history segments "
-                    f"that are gone from the {self.name} store: {', '.join(missing)}",
-                    session_id=key,
-                    stored_preview="",
-                )
+            if record is None:
+                return None
+            whole = self.whole(record)
+            if whole is not None:
+                return whole
         raise BackendUnavailableError(
             f"{self.name} load of {key!r}: the record kept changing while it was read",
             backend=self.name,
             operation="load",
         )
+
+    def whole(self, record: Record) -> Record | None:
+        """``record`` as a reader gets it: a layout record assembled from its pieces (``None``
+        if one is gone because the record was replaced meanwhile: read it again); any other
+        record as it is. A piece missing from the record still stored raises
+        ``UnreadableEnvelopeError`` naming it."""
+        layout = Layout.unpack(record.body)
+        if layout is None:
+            return record
+        key = record.key
+        contents = self._read_pieces(key, [piece for piece, _ in layout.pieces])
+        if all(c is not None for c in contents):
+            body = layout.assemble(c for c in contents if c is not None)
+            return Record(replace(record.summary, size=len(body)), body)
+        again = self.inner.head(key)
+        if again is not None and again.revision == record.summary.revision:
+            missing = [p for (p, _), c in zip(layout.pieces, contents, strict=True) if not c]
+            raise UnreadableEnvelopeError(
+                f"record {key!r} (revision {again.revision}) refers to history segments "
+                f"that are gone from the {self.name} store: {', '.join(missing)}",
+                session_id=key,
+                stored_preview="",
+            )
+        return None
 
     def head(self, key: str) -> Summary | None:
         return self.inner.head(key)
@@ -244,13 +266,10 @@ class Segmented(Closable):
         start = len(pieces)
         if start + 1 > self.max_segments:
             start = merge_start([size for _, size in pieces], self.max_segments)
-        merged = []
-        for piece, _ in pieces[start:]:
-            content = self._piece(key, piece)
-            if content is None:
-                raise ConflictError(f"record {key!r} changed while it was written", key=key)
-            merged.append(content)
-        content = merge([*merged, layout.inline])
+        merged = self._read_pieces(key, [piece for piece, _ in pieces[start:]])
+        if any(content is None for content in merged):
+            raise ConflictError(f"record {key!r} changed while it was written", key=key)
+        content = merge([*(c for c in merged if c is not None), layout.inline])
         piece = os.urandom(8).hex()
         self._pieces_backend().save(
             Record(_piece_summary(f"{key}#{piece}", key, len(content)), content),
@@ -267,9 +286,18 @@ class Segmented(Closable):
             self._pieces = self.inner.namespace(PIECES)  # type: ignore[attr-defined]
         return self._pieces
 
-    def _piece(self, key: str, piece: str) -> bytes | None:
-        record = self._pieces_backend().load(f"{key}#{piece}")
-        return None if record is None else record.body
+    def _read_pieces(self, key: str, pieces: list[str]) -> list[bytes | None]:
+        """The contents of ``pieces`` (``None`` for one that is gone): one round trip where
+        the backend reads several records at once (``Batched``), else one per piece."""
+        backend = self._pieces_backend()
+        keys = [f"{key}#{piece}" for piece in pieces]
+        if not keys:
+            return []
+        if isinstance(backend, Batched) and len(keys) > 1:
+            records = backend.load_many(keys)
+        else:
+            records = [backend.load(k) for k in keys]
+        return [None if r is None else r.body for r in records]
 
     def _drop_pieces(self, key: str, pieces: Iterable[tuple[str, int]]) -> None:
         """Drop pieces no record refers to any longer; one that stays (a fault) is an orphan

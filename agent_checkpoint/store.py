@@ -9,6 +9,7 @@ retries live here once, so every backend behaves the same (the conformance suite
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
@@ -427,8 +428,8 @@ class Store:
         """
         report = VerifyReport()
         backend = self.backend
-        if isinstance(backend, Collecting):
-            collector = backend
+        if isinstance(self._records, Collecting):
+            collector = self._records
             report.orphans = self._call(
                 lambda: collector.collect_orphans(delete=repair, grace=grace)
             )
@@ -446,7 +447,7 @@ class Store:
             for record in backend.iter_records():
                 if record.key not in listed:
                     report.unlisted.append(record.key)
-                    if not self._decodes(record):
+                    if not self._decodes(self._whole(record)):
                         report.unreadable.append(record.key)
         if repair and (report.stale or report.unlisted):
             if isinstance(backend, Repairable):
@@ -462,6 +463,15 @@ class Store:
                     operation="verify",
                 )
         return report
+
+    def _whole(self, record: Record) -> Record:
+        """A record read past the segment layer (``iter_records``), assembled as ``get``
+        assembles it; one the layer cannot assemble any more is returned as stored (and so
+        reported unreadable)."""
+        if isinstance(self._records, Segmented):
+            with contextlib.suppress(CheckpointError):
+                return self._records.whole(record) or record
+        return record
 
     def _decodes(self, record: Record) -> bool:
         try:

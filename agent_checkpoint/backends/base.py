@@ -28,7 +28,7 @@ one never changes this contract.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
@@ -43,6 +43,7 @@ from ..errors import (
 
 __all__ = [
     "Backend",
+    "Batched",
     "Namespaced",
     "Query",
     "Record",
@@ -185,6 +186,16 @@ class Namespaced(Protocol):
     without creating it."""
 
     def namespace(self, name: str) -> Backend: ...
+
+
+@runtime_checkable
+class Batched(Protocol):
+    """Optional: several records read in one round trip. The ``Store``'s segment layer reads
+    the pieces of a long history with it (one request instead of one per piece)."""
+
+    def load_many(self, keys: Sequence[str]) -> list[Record | None]:
+        """``[load(k) for k in keys]``, in one round trip where the server allows it."""
+        ...
 
 
 @runtime_checkable
