@@ -310,7 +310,25 @@ class Segmented(Closable):
 
     def collect_orphans(self, *, delete: bool = False, grace: float = 300.0) -> int:
         """Pieces older than ``grace`` seconds that no layout record refers to; with
-        ``delete``, dropped (each on the revision seen, so nothing newer goes)."""
+        ``delete``, dropped (each on the revision seen, so nothing newer goes). What the
+        backend itself collects (a disk store's temp files of killed writers) is included."""
+        found = 0
+        for backend in (self.inner, *self._opened_pieces()):
+            if callable(collect := getattr(backend, "collect_orphans", None)):
+                found += int(collect(delete=delete, grace=grace))
+        if self._opened_pieces():
+            found += self._collect_pieces(delete=delete, grace=grace)
+        return found
+
+    def _opened_pieces(self) -> tuple[Backend, ...]:
+        """The pieces' backend, unless the store has never had one: a backend whose
+        namespaces make storage (``namespace_exists``) is then left as it was."""
+        exists = getattr(self.inner, "namespace_exists", None)
+        if self._pieces is None and callable(exists) and not exists(PIECES):
+            return ()
+        return (self._pieces_backend(),)
+
+    def _collect_pieces(self, *, delete: bool, grace: float) -> int:
         pieces = self._pieces_backend()
         cutoff = now_ms() - int(grace * 1000)
         found, after = 0, None

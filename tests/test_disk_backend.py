@@ -1,4 +1,3 @@
-import itertools
 import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,35 +77,103 @@ def test_a_write_interrupted_before_indexing_is_reconciled(tmp_path: Path) -> No
     store.close()
 
 
-def test_a_growing_history_appends_to_one_data_file(tmp_path: Path) -> None:
+def test_a_growing_history_rewrites_only_its_newest_part(tmp_path: Path) -> None:
+    """Past the inline threshold the older history moves into immutable pieces (the Store's
+    segment layer, in the ``_segments`` folder): the record file stays small however long
+    the history grows, the pieces are each written once (bar merges), and a rewrite or a
+    delete removes the pieces it replaced."""
+    from agent_checkpoint._segments import Segmented
     from agent_checkpoint.model import Message, RunCheckpoint
 
-    store = open_store(str(tmp_path))
-    folder = tmp_path / "segments" / file_name("k")
+    backend = DiskBackend(tmp_path)
+    store = Store(Segmented(backend, inline_bytes=2048, max_segments=4))
+    record_file = tmp_path / "records" / file_name("k")
+    pieces = tmp_path / "_segments" / "records"
     history: tuple[Message, ...] = ()
-    sizes = []
-    for i in range(100):
-        history = (*history, Message("user", f"message {i}"))
+    largest = 0
+    for i in range(300):
+        history = (*history, Message("user", f"message {i:03d} " + "x" * 40))
         summary = store.put(RunCheckpoint.new("m", history, run_id="r"), key="k")
         assert summary.revision == i + 1
-        files = list(folder.iterdir())
-        assert [f.name for f in files] == ["1"]  # the first write's generation, appended to
-        sizes.append(files[0].stat().st_size)
-    # Each put added only its own message (plus a comma): nothing was rewritten.
-    grown = [b - a for a, b in itertools.pairwise(sizes)]
-    assert grown == [len(f',{{"role":"user","content":"message {i}"}}') for i in range(1, 100)]
+        largest = max(largest, record_file.stat().st_size)
+    whole = store.get_record("k")
+    assert whole is not None and len(whole.body) > 8 * largest  # the history is elsewhere
+    assert largest < 2048 + 1024  # inline content plus the head and header
+    assert 1 <= len(_live(pieces)) <= 4
     got = store.get("k")
-    assert got is not None and [m.content for m in got.history] == [
-        f"message {i}" for i in range(100)
-    ]
-    # A rewrite (an edited history) starts a new generation and removes the old one.
+    assert got is not None and got.history == history
+    # A rewrite (an edited history) replaces the pieces; a delete removes them.
     edited = (Message("user", "edited"), *history[1:])
-    summary = store.put(RunCheckpoint.new("m", edited, run_id="r"), key="k")
-    assert [f.name for f in folder.iterdir()] == [str(summary.revision)]
+    store.put(RunCheckpoint.new("m", edited, run_id="r"), key="k")
     got = store.get("k")
     assert got is not None and got.history == edited
     store.delete("k")
-    assert not folder.exists()
+    assert _live(pieces) == []
+    store.close()
+
+
+def _live(folder: Path) -> list[Path]:
+    """The record files in ``folder`` that hold a record (a deleted key leaves a tombstone)."""
+    from agent_checkpoint.backends.disk_files import is_tombstone
+
+    return [p for p in folder.iterdir() if not is_tombstone(p.read_bytes())]
+
+
+def _as_version_04(
+    root: Path, key: str, body: bytes, *, one_file_per_segment: bool = False
+) -> None:
+    """Rewrite the record file of ``key`` (stored whole) as version 0.4 stored a growing
+    history: the head in the record file, the history in a data file under ``segments/``
+    (or, older still, one file per segment ``<gen>-<i>``)."""
+    import orjson
+
+    from agent_checkpoint.codec import encode_parts, join_parts
+
+    record_file = root / "records" / file_name(key)
+    header = record_file.read_bytes().partition(b"\n")[0]
+    doc = orjson.loads(body)
+    head, contents = encode_parts(doc, doc["data"]["history"])  # a conversation-v1 envelope
+    assert join_parts(head, contents) == body
+    fields = orjson.loads(header)
+    folder = root / "segments" / file_name(key)
+    folder.mkdir(parents=True)
+    gen = fields["revision"]
+    if one_file_per_segment:
+        first, second = contents.split(b",{", 1)
+        (folder / f"{gen}-0").write_bytes(first)
+        (folder / f"{gen}-1").write_bytes(b"{" + second)
+        split = {"gen": gen, "segs": 2, "digest": "d", "size": len(body)}
+    else:
+        (folder / str(gen)).write_bytes(contents + b',{"role":"user","content":"torn')
+        split = {"gen": gen, "segs": 1, "digest": "d", "size": len(body), "len": len(contents)}
+    record_file.write_bytes(orjson.dumps({**fields, "split": split}) + b"\n" + head)
+
+
+@pytest.mark.parametrize("one_file_per_segment", [False, True])
+def test_records_stored_split_by_version_04_still_read_and_are_rewritten_whole(
+    tmp_path: Path, one_file_per_segment: bool
+) -> None:
+    from agent_checkpoint.model import Message, RunCheckpoint
+
+    history = (Message("user", "one"), Message("assistant", "two"))
+    with open_store(str(tmp_path)) as store:
+        store.put(RunCheckpoint.new("m", history, run_id="r"), key="k")
+        store.put(RunCheckpoint.new("m", history, run_id="r"), key="gone")
+        expected = store.get_record("k")
+    assert expected is not None
+    for key in ("k", "gone"):
+        _as_version_04(tmp_path, key, expected.body, one_file_per_segment=one_file_per_segment)
+    with open_store(str(tmp_path)) as store:
+        again = store.get_record("k")
+        assert again is not None and again.body == expected.body  # a torn tail is not read
+        assert again.summary == expected.summary
+        grown = RunCheckpoint.new("m", (*history, Message("user", "three")), run_id="r")
+        store.put(grown, key="k")
+        got = store.get("k")
+        assert got is not None and got.history == grown.history
+        assert not (tmp_path / "segments" / file_name("k")).exists()
+        store.delete("gone")
+        assert not (tmp_path / "segments" / file_name("gone")).exists()
 
 
 def test_the_index_log_stays_small_while_a_store_is_open(tmp_path: Path) -> None:
@@ -128,60 +195,6 @@ def test_the_index_log_stays_small_while_a_store_is_open(tmp_path: Path) -> None
     limit = WAL_PAGES * 4096
     assert limit < largest <= limit + 64 * 4096  # checkpoints ran, each cut the log back
     assert largest < 1024 * 1024
-
-
-def test_an_append_torn_by_a_crash_is_ignored_and_overwritten(tmp_path: Path) -> None:
-    from agent_checkpoint.model import Message, RunCheckpoint
-
-    store = open_store(str(tmp_path))
-    history = (Message("user", "one"), Message("assistant", "two"))
-    store.put(RunCheckpoint.new("m", history, run_id="r"), key="k")
-    data = tmp_path / "segments" / file_name("k") / "1"
-    committed = data.read_bytes()
-    with open(data, "ab") as f:  # a writer killed after extending the file, before the header
-        f.write(b',{"role":"user","content":"never committed"')
-    got = store.get("k")
-    assert got is not None and got.history == history
-    grown = (*history, Message("user", "three"))
-    ckpt = RunCheckpoint.new("m", grown, run_id="r")
-    summary = store.put(ckpt, key="k")
-    assert summary.revision == 2
-    assert data.read_bytes().startswith(committed + b',{"role":"user","content":"three"}')
-    got = store.get("k")
-    assert got is not None and got.history == grown
-
-
-def test_records_in_the_older_one_file_per_segment_layout_still_read(tmp_path: Path) -> None:
-    import orjson
-
-    from agent_checkpoint.model import Message, RunCheckpoint
-
-    store = open_store(str(tmp_path))
-    history = (Message("user", "one"), Message("assistant", "two"))
-    ckpt = RunCheckpoint.new("m", history, run_id="r")
-    store.put(ckpt, key="k")
-    expected = store.get_record("k")
-    assert expected is not None
-    # Rewrite the record as the previous release laid it out: segment files <gen>-<i>.
-    record_file = tmp_path / "records" / file_name("k")
-    header, _, head = record_file.read_bytes().partition(b"\n")
-    fields = orjson.loads(header)
-    folder = tmp_path / "segments" / file_name("k")
-    first, second = (folder / "1").read_bytes().split(b",{", 1)
-    (folder / "1").unlink()
-    (folder / "1-0").write_bytes(first)
-    (folder / "1-1").write_bytes(b"{" + second)
-    del fields["split"]["len"]
-    fields["split"]["segs"] = 2
-    record_file.write_bytes(orjson.dumps(fields) + b"\n" + head)
-    again = store.get_record("k")
-    assert again is not None and again.body == expected.body
-    # The next put cannot append to the older layout: it rewrites the record in the new one.
-    grown = RunCheckpoint.new("m", (*history, Message("user", "three")), run_id="r")
-    store.put(grown, key="k")
-    got = store.get("k")
-    assert got is not None and got.history == grown.history
-    assert sorted(p.name for p in folder.iterdir()) == ["2"]
 
 
 def test_readers_racing_rewrites_and_appends_always_see_a_whole_record(tmp_path: Path) -> None:
@@ -327,7 +340,8 @@ def test_verify_repair_removes_what_killed_writers_left(tmp_path: Path) -> None:
         name = file_name("k")
         tmp = tmp_path / "records" / f".{name}.123.456.tmp"
         tmp.write_bytes(b"half a record")
-        stale = tmp_path / "segments" / name / "999"
+        stale = tmp_path / "segments" / name / "999"  # version 0.4's history data files
+        stale.parent.mkdir(parents=True)
         stale.write_bytes(b"orphan")
         gone = tmp_path / "segments" / file_name("deleted-long-ago")
         gone.mkdir()

@@ -2,16 +2,15 @@
 
 Layout under the root folder::
 
-    records/<name>     one JSON header line (the summary), a newline, then the stored bytes,
-                       or for a split record its head (see ``segments.py``); a deleted key
-                       leaves a tombstone line holding its last revision, so that the key's
-                       revisions never repeat
-    segments/<name>/   a split record's history, ``<generation>``: one data file that appends
-                       grow, written and fsynced before the record file that refers to it;
-                       the record's header says how many of its bytes are committed
+    records/<name>     one JSON header line (the summary), a newline, then the stored bytes;
+                       a deleted key leaves a tombstone line holding its last revision, so
+                       that the key's revisions never repeat
     locks/<n>.lock     256 striped lock files; ``flock`` serialises writers of one key
     index.sqlite3      summaries for listing, plus a ``pending`` table of keys mid-write
-    _<namespace>/      the same layout again for the Store's bookkeeping (claims)
+    _<namespace>/      the same layout again for the Store's bookkeeping: claims, and the
+                       pieces of long histories (the Store's segment layer, ``_segments.py``)
+    segments/<name>/   read only: the history data files of records that version 0.4 stored
+                       split; a write or delete of such a record removes them
 
 A write takes the key's lock, reads the current header from the record file (the source of
 truth, never the index), marks the key pending in the index, writes a temp file, fsyncs it,
@@ -57,8 +56,6 @@ from .disk_files import (
     tombstone_line,
 )
 from .disk_index import SummaryIndex, busy
-from .segments import Split as SegmentSplit
-from .segments import plan_append, plan_split
 
 __all__ = ["DiskBackend", "file_name"]
 
@@ -154,7 +151,6 @@ class DiskBackend(Closable):
         _check_root(self.root, create)
         with _translated("open"):
             self._files.records.mkdir(parents=True, exist_ok=True)
-            self._files.segments.mkdir(exist_ok=True)
             self._locks.mkdir(exist_ok=True)
             fresh = not index.exists()
             self._index = SummaryIndex(index)
@@ -237,73 +233,6 @@ class DiskBackend(Closable):
             self._files.prune_segments(key, None)
             return summary
 
-    @_translating("save_split")
-    def save_split(
-        self,
-        record: Record,
-        split: SegmentSplit,
-        *,
-        expect_revision: int | None = None,
-        create_only: bool = False,
-    ) -> Summary:
-        key = record.key
-        with self._locked(key):
-            current, last = self._current(key)
-            summary = plan_split(
-                current,
-                record,
-                expect_revision=expect_revision,
-                create_only=create_only,
-                revision=last + 1,
-            )
-            gen = summary.revision
-            self._index.mark_pending(key)
-            # The data first: the record file that refers to it is the commit point.
-            self._files.write_data(key, gen, split.segment)
-            meta = {
-                "gen": gen,
-                "segs": 1,
-                "digest": split.digest,
-                "size": summary.size,
-                "len": len(split.segment),
-            }
-            self._files.write(key, header_line(summary, meta), split.head)
-            self._index.update(key, summary)
-            self._files.prune_segments(key, gen)
-            return summary
-
-    @_translating("append")
-    def append(
-        self, summary: Summary, split: SegmentSplit, *, base_revision: int, base_digest: str
-    ) -> Summary | None:
-        key = summary.key
-        with self._locked(key):
-            found = self._files.read(key)
-            if found is None or found[1] is None:
-                return None
-            current, meta = found[0], found[1]
-            if (
-                current.summary.revision != base_revision
-                or meta["digest"] != base_digest
-                or "len" not in meta  # the older layout: the full write that follows converts it
-            ):
-                return None
-            planned = plan_append(current.summary, summary, base_revision=base_revision)
-            self._index.mark_pending(key)
-            added = b"," + split.segment if meta["len"] and split.segment else split.segment
-            if added:
-                self._files.extend_data(key, meta["gen"], meta["len"], added)
-            grown = {
-                **meta,
-                "segs": meta["segs"] + 1,
-                "digest": split.digest,
-                "size": planned.size,
-                "len": meta["len"] + len(added),
-            }
-            self._files.write(key, header_line(planned, grown), split.head)
-            self._index.update(key, planned)
-            return planned
-
     def _current(self, key: str) -> tuple[Summary | None, int]:
         """The key's summary (``None`` for no record) and the last revision it had (its
         tombstone's, for a deleted key); the caller holds the key's lock."""
@@ -371,13 +300,14 @@ class DiskBackend(Closable):
 
     @_translating("verify")
     def collect_orphans(self, *, delete: bool = False, grace: float = 300.0) -> int:
-        """Temp files and segment data files older than ``grace`` seconds that no record file
-        refers to (what writers killed mid-write leave); with ``delete``, remove them."""
+        """Temp files older than ``grace`` seconds (what writers killed mid-write leave), and
+        version 0.4's history data files no record file refers to; with ``delete``, remove
+        them. (The Store's segment layer collects its own pieces.)"""
         found = self._files.orphans(grace)
         if delete:
             for path in found:
                 path.unlink(missing_ok=True)
-            for folder in self._files.segments.iterdir():
+            for folder in self._files.legacy_folders():
                 with contextlib.suppress(OSError):
                     folder.rmdir()  # only if empty
         return len(found)

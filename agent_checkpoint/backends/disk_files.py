@@ -1,5 +1,11 @@
 """The disk backend's files (``disk.py`` locks and indexes them): the record file format, a
-JSON header line then the stored bytes, and the data files a growing history appends to.
+JSON header line then the stored bytes.
+
+Version 0.4 stored a growing history *split*: the record file held the envelope's head (its
+history cut out at ``GAP``) and a ``split`` header naming a data file under ``segments/``
+that appends grew. Such records are still read (``assembled``) and their data files removed
+when the record is next written or deleted; nothing writes them any more (the Store's segment
+layer keeps long histories in pieces of its own).
 """
 
 from __future__ import annotations
@@ -16,8 +22,8 @@ from typing import Any
 
 import orjson
 
+from ..codec import join_parts
 from .base import Record, Summary
-from .segments import GAP, assemble
 
 __all__ = [
     "RecordFiles",
@@ -59,7 +65,7 @@ def tombstone_line(key: str, revision: int) -> bytes:
     return _TOMBSTONE + orjson.dumps({"key": key, "revision": revision})[1:]
 
 
-def header_line(summary: Summary, split: dict[str, Any] | None = None) -> bytes:
+def header_line(summary: Summary) -> bytes:
     fields: dict[str, Any] = {
         "key": summary.key,
         "runId": summary.run_id,
@@ -70,17 +76,15 @@ def header_line(summary: Summary, split: dict[str, Any] | None = None) -> bytes:
         "failureIteration": summary.failure_iteration,
         "messageCount": summary.message_count,
         "revision": summary.revision,
-    }
-    if split is not None:
-        fields["split"] = split
+        "size": summary.size,  # what a reader gets back: more than the file holds, for a
+    }  # record of the Store's segment layer (its older history is in pieces)
     return orjson.dumps(fields)
 
 
 Split = dict[str, Any]
-"""A split record's header part: generation, segment count, digest, assembled size, and the
-committed length of the generation's data file (``len``; absent in the older layout of one
-file per segment, ``<generation>-<index>``, which is still read, and rewritten on the next
-put)."""
+"""A version 0.4 split record's header part: generation, segment count, digest, assembled
+size, and the committed length of the generation's data file (``len``; absent in the still
+older layout of one file per segment, ``<generation>-<index>``)."""
 
 
 def parse_record(key: str, data: bytes) -> tuple[Record, Split | None]:
@@ -100,7 +104,7 @@ def parse_record(key: str, data: bytes) -> tuple[Record, Split | None]:
             failure_phase=h["failurePhase"],
             failure_iteration=h["failureIteration"],
             message_count=h["messageCount"],
-            size=split["size"] if split else len(body),
+            size=split["size"] if split else h.get("size", len(body)),
             revision=h["revision"],
         )
     except (orjson.JSONDecodeError, TypeError, KeyError):
@@ -147,15 +151,16 @@ class RecordFiles:
                 segments = [
                     (folder / f"{split['gen']}-{i}").read_bytes() for i in range(split["segs"])
                 ]
-                return Record(record.summary, assemble(record.body, segments))
+                return Record(
+                    record.summary, join_parts(record.body, b",".join(s for s in segments if s))
+                )
             with open(folder / str(split["gen"]), "rb") as f:
                 data = f.read(split["len"])
         except FileNotFoundError:
             return None
         if len(data) < split["len"]:
             return record  # a truncated data file: the head alone reads as unreadable
-        before, _, after = record.body.partition(GAP)
-        return Record(record.summary, before + data + after)
+        return Record(record.summary, join_parts(record.body, data))
 
     def load(self, key: str) -> Record | None:
         found = self.read(key)
@@ -188,33 +193,6 @@ class RecordFiles:
             raise
         self.fsync_dir(self.records)
 
-    def write_data(self, key: str, gen: int, data: bytes) -> None:
-        """Create generation ``gen``'s data file holding ``data``, durably."""
-        folder = self.segments / file_name(key)
-        if not folder.is_dir():
-            folder.mkdir(exist_ok=True)
-            self.fsync_dir(self.segments)
-        with open(folder / str(gen), "wb") as f:
-            f.write(data)
-            f.flush()
-            if self.fsync:
-                os.fsync(f.fileno())
-        self.fsync_dir(folder)
-
-    def extend_data(self, key: str, gen: int, at: int, data: bytes) -> None:
-        """Write ``data`` at byte ``at`` of a data file, over any torn tail an interrupted
-        append left past the committed length, and make it durable."""
-        fd = os.open(self.segments / file_name(key) / str(gen), os.O_WRONLY)
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.pwrite(fd, view, at)
-                view, at = view[written:], at + written
-            if self.fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-
     def prune_segments(self, key: str, keep_gen: int | None) -> None:
         """Remove segment files no record file refers to (older generations, or all)."""
         folder = self.segments / file_name(key)
@@ -238,7 +216,7 @@ class RecordFiles:
             for path in _entries(self.records)
             if not is_record_file(path.name) and _older(path, cutoff)
         ]
-        for folder in _entries(self.segments):
+        for folder in self.legacy_folders():
             try:
                 data = (self.records / folder.name).read_bytes()
             except FileNotFoundError:
@@ -253,6 +231,10 @@ class RecordFiles:
                 if path.name.split("-", 1)[0] != kept and _older(path, cutoff)
             ]
         return found
+
+    def legacy_folders(self) -> list[Path]:
+        """The folders of version 0.4's history data files (none in a newer store)."""
+        return _entries(self.segments)
 
     def fsync_dir(self, folder: Path) -> None:
         if self.fsync:
