@@ -153,7 +153,7 @@ class DiskBackend(Closable):
             self._files.records.mkdir(parents=True, exist_ok=True)
             self._locks.mkdir(exist_ok=True)
             fresh = not index.exists()
-            self._index = SummaryIndex(index)
+            self._index = SummaryIndex(index, durable=fsync)
         if fresh and any(self._files.records.iterdir()):
             self.rebuild_index()
 
@@ -165,6 +165,7 @@ class DiskBackend(Closable):
     @fsync.setter
     def fsync(self, value: bool) -> None:
         self._files.fsync = value
+        self._index.durable = value  # connections opened from now on
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> DiskBackend:

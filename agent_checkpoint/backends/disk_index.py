@@ -67,8 +67,11 @@ _patiently = Retrying(
 class SummaryIndex:
     """The index database at ``path``, created if missing, one connection per thread."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, durable: bool = True) -> None:
         self.path = path
+        self.durable = durable
+        """``False`` (a store opened with ``fsync=False``): no commit is synced, not even
+        ``mark_pending``'s, as no record file is."""
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
@@ -84,7 +87,7 @@ class SummaryIndex:
                 check_same_thread=False,
             )
             _patiently(conn.execute, "PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA synchronous={'NORMAL' if self.durable else 'OFF'}")
             # Each put rewrites a few 4 KiB pages of the index: left at SQLite's defaults the
             # WAL grows to 4 MiB and stays that size, three times the records of a
             # 1,000-message conversation. Checkpoint every WAL_PAGES and cut it back to that.
@@ -101,6 +104,9 @@ class SummaryIndex:
         makes the next listing read the key's summary from its record file again. Its sync
         of the WAL costs ~0.3 ms an append (benchmarks/README.md, "Since that run")."""
         db = self.db()
+        if not self.durable:
+            db.execute("INSERT OR IGNORE INTO pending (key) VALUES (?)", (key,))
+            return
         db.execute("PRAGMA synchronous=FULL")
         try:
             db.execute("INSERT OR IGNORE INTO pending (key) VALUES (?)", (key,))
