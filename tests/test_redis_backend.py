@@ -19,6 +19,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 from support.closed_port import refused_port
+from support.redis_legacy import write_old_split_record
 from support.redis_server import RedisServer, need_redis_server
 from support.services import REDIS_URL, service_missing
 
@@ -27,9 +28,7 @@ from agent_checkpoint._segments import PIECES, Layout, Segmented
 from agent_checkpoint.backends.base import Query, Record, Summary
 from agent_checkpoint.backends.memory import MemoryBackend
 from agent_checkpoint.backends.redis import RedisBackend, VolatileRedisWarning
-from agent_checkpoint.backends.redis_layout import newest, oldest
 from agent_checkpoint.backends.segments import Appending
-from agent_checkpoint.codec import encode_parts, join_parts
 from agent_checkpoint.errors import (
     BackendUnavailableError,
     ConflictError,
@@ -744,49 +743,6 @@ def test_the_pieces_of_a_record_are_read_in_one_round_trip(
 
 
 # -- records stored in segments by version 0.4 -------------------------------------------
-
-
-def write_old_split_record(
-    client: redis.Redis, prefix: str, key: str, ckpt: RunCheckpoint, *, principal: str
-) -> bytes:
-    """Store ``ckpt`` under ``key`` as version 0.4's write script laid out a record in
-    segments: its hash with ``head``, ``dig`` and ``segs`` (no ``body``), its history in the
-    list ``{P}:s:<key>`` (one segment per put, empty for a put that added no message), and its
-    index entries; the bytes it assembles to."""
-    saved_at = 1_700_000_000_000
-    doc = {"format": "conversation-v1", "data": ckpt.to_json(), "savedAt": saved_at}
-    messages = doc["data"]["history"]  # type: ignore[index]
-    head, _ = encode_parts(doc, messages)
-    segments = [orjson.dumps(m) for m in messages[:2]], [], [orjson.dumps(messages[2])]
-    segments += tuple([orjson.dumps(m)] for m in messages[3:])
-    listed = [b",".join(s) for s in segments]
-    whole = join_parts(head, b",".join(s for s in listed if s))
-    assert whole == whole_bytes(ckpt, saved_at)
-    base = f"{{{prefix}}}:"
-    sn, so = newest(saved_at), oldest(saved_at)
-    client.hset(
-        base + "r:" + key,
-        mapping={
-            "sn": sn,
-            "so": so,
-            "run": ckpt.run_id,
-            "at": saved_at,
-            "msgs": len(messages),
-            "rev": 5,
-            "head": head,
-            "dig": "d" * 16,
-            "segs": len(listed),
-            "size": len(whole),
-            "own": principal,
-        },
-    )
-    client.rpush(base + "s:" + key, *listed)
-    client.zadd(base + "new", {f"{sn}:{key}": 0})
-    client.zadd(base + "old", {f"{so}:{key}": 0})
-    client.zadd(base + "o:" + principal, {f"{sn}:{key}": 0})
-    client.sadd(base + "ix", base + "o:" + principal)
-    client.set(base + "rev", 5)
-    return whole
 
 
 def test_a_record_version_0_4_stored_in_segments_reads_grows_and_drops_whole(

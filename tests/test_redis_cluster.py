@@ -17,6 +17,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ClusterDownError, SlotNotCoveredError
+from support.redis_legacy import write_old_split_record
 from support.redis_server import RedisClusterServers, cluster_with_replicas, need_redis_server
 
 from agent_checkpoint import Message, RunCheckpoint, Store, open_store
@@ -84,6 +85,20 @@ def test_the_pieces_of_a_record_are_read_in_one_pipeline_on_the_stores_node(url:
         assert loaded == [*(pieces.load(k) for k in keys), None]
         got = store.get("k")
         assert got is not None and got.history == history
+
+
+def test_a_record_version_0_4_stored_in_segments_reads_and_drops_whole(url: str) -> None:
+    """Its hash and list are read in one MULTI, on the store's node."""
+    history = tuple(Message("user", f"message {i}") for i in range(5))
+    ckpt = RunCheckpoint.new("go", history, run_id="r")
+    with open_store(url) as store:
+        backend = store.backend
+        assert isinstance(backend, RedisBackend)
+        whole = write_old_split_record(backend._client, backend.prefix, "k", ckpt, principal="al")
+        record = store.get_record("k")
+        assert record is not None and record.body == whole and record.summary.owner == "al"
+        assert store.delete("k")
+        assert not backend._client.exists(f"{{{backend.prefix}}}:s:k")
 
 
 def test_a_cluster_url_opens_a_cluster_client(store: Store) -> None:
