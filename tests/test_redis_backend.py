@@ -1,6 +1,6 @@
 """The Redis backend against the real server: the conformance suite, its key layout and indexes,
-histories stored in segments, native expiry, and the warning about a server that keeps nothing
-on disk."""
+growing histories over the store's segment layer, records stored in segments by version 0.4,
+native expiry, and the warning about a server that keeps nothing on disk."""
 
 from __future__ import annotations
 
@@ -19,15 +19,18 @@ import pytest
 import redis
 from redis.crc import key_slot
 from support.closed_port import refused_port
+from support.redis_legacy import write_old_split_record
 from support.redis_server import RedisServer, need_redis_server
 from support.services import REDIS_URL, service_missing
 
 from agent_checkpoint import Store, open_store
+from agent_checkpoint._segments import PIECES, Layout, Segmented
 from agent_checkpoint.backends.base import Query, Record, Summary
 from agent_checkpoint.backends.memory import MemoryBackend
 from agent_checkpoint.backends.redis import RedisBackend, VolatileRedisWarning
-from agent_checkpoint.backends.segments import Appending, Split, assemble, chain
+from agent_checkpoint.backends.segments import Appending
 from agent_checkpoint.errors import (
+    BackendUnavailableError,
     ConflictError,
     InvalidCheckpointError,
     InvalidKeyError,
@@ -131,14 +134,32 @@ class OnItsOwnClient:
                 pool.reset()
 
 
-class TestRedisStore(
-    OnItsOwnClient, StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance
-):
+class TestRedisStore(OnItsOwnClient, StoreConformance, ClaimsConformance, EncryptionConformance):
     pass
 
 
 class TestRedisStoreWithExpiry(OnItsOwnClient, StoreConformance):
     options: ClassVar[dict[str, Any]] = {"ttl": 3600}
+
+
+class TestRedisStoreInPieces(OnItsOwnClient, StoreConformance, AppendingConformance):
+    """The segment layer's thresholds at their lowest: every put past the first moves history
+    into pieces (records of the store's ``segments`` namespace), and merges them."""
+
+    @pytest.fixture
+    def store(self, prefix: str) -> Iterator[Store]:
+        self.client = redis.Redis.from_url(REDIS_URL)
+        with self.client, in_pieces(RedisBackend(self.client, prefix=prefix)) as s:
+            yield s
+
+
+def in_pieces(backend: RedisBackend, max_segments: int = 4) -> Store:
+    return Store(Segmented(backend, inline_bytes=0, max_segments=max_segments))
+
+
+def pieces(client: redis.Redis, prefix: str) -> list[bytes]:
+    """The keys of the records of the store's ``segments`` namespace (the layer's pieces)."""
+    return sorted(client.scan_iter(match=f"{{{prefix}}}#{PIECES}:r:*", count=1000))
 
 
 # -- layout ------------------------------------------------------------------------------
@@ -376,39 +397,35 @@ def test_expiry_is_refreshed_on_every_key_of_a_record_by_each_write(
         for filters in ({}, {"owner": "al"}, {"agent_id": "billing"}, {"phase": "llm"}):
             assert [s.key for s in store.list(**filters)] == ["k"]
         volatile = sorted(k for k in store_keys(client, prefix) if client.ttl(k) > 0)
-        assert volatile == [f"{{{prefix}}}:{kind}:k".encode() for kind in ("r", "s")]
+        assert volatile == [f"{{{prefix}}}:r:k".encode()]  # a short history has no pieces
 
 
-def test_expiry_of_a_record_in_segments_is_refreshed_on_all_its_keys_by_each_append(
+def test_a_history_in_pieces_outlives_the_first_deadline_and_expiry_leaves_only_orphans(
     client: redis.Redis, prefix: str
 ) -> None:
-    record, segments = f"{{{prefix}}}:r:k", f"{{{prefix}}}:s:k"
-    with open_store(REDIS_URL, prefix=prefix, ttl=3) as store:
+    """Pieces never expire (a record written again still refers to pieces older than its
+    ttl); the ones a record that expired leaves are orphans that ``collect_orphans`` removes."""
+    store = in_pieces(RedisBackend.from_url(REDIS_URL, prefix=prefix, ttl=3))
+    with store:
         started = time.monotonic()
-        base = checkpoint("r", principal="al")
-        history: tuple[Message, ...] = ()
-        for i in range(4):  # a full write, then three appends of one message each
-            history = (*history, Message("user", f"message {i}"))
-            store.put(base.evolve(history=history), key="k")
-        assert client.llen(segments) == 4
+        history = grow(store, 4, principal="al")
+        assert pieces(client, prefix)
         time.sleep(1.5)
-        history = (*history, Message("user", "message 4"))
-        store.put(base.evolve(history=history), key="k")
-        assert client.llen(segments) == 5  # appended, not rewritten: the old list lives on
-        assert client.pttl(segments) > 2500 and client.pttl(record) > 2500
+        history = grow(store, 5, principal="al", start=4)
+        assert client.pttl(f"{{{prefix}}}:r:k") > 2500
+        assert all(client.pttl(p) == -1 for p in pieces(client, prefix))
         time.sleep(max(0.0, started + 3.5 - time.monotonic()))  # past the first deadline
         got = store.get("k")
-        assert got is not None and [m.content for m in got.history] == [
-            f"message {i}" for i in range(5)
-        ]
+        assert got is not None and got.history == history
         assert [s.key for s in store.list(owner="al")] == ["k"]
-    with open_store(REDIS_URL, prefix=prefix) as lasting:  # no ttl: an append makes it all last
-        history = (*history, Message("user", "message 5"))
-        lasting.put(base.evolve(history=history), key="k")  # a full write
-        history = (*history, Message("user", "message 6"))
-        lasting.put(base.evolve(history=history), key="k")  # an append
-        assert client.llen(segments) == 2
-        assert client.ttl(record) == -1 and client.ttl(segments) == -1
+        deadline = time.monotonic() + 10
+        while store.head("k") is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert store.get("k") is None and pieces(client, prefix)
+        segmented = store._records
+        assert isinstance(segmented, Segmented)
+        assert segmented.collect_orphans(delete=True, grace=0) > 0
+        assert pieces(client, prefix) == []
 
 
 def test_expired_records_are_never_listed_and_repair_clears_their_index_entries(
@@ -505,54 +522,20 @@ def test_close_releases_a_client_the_store_made_and_leaves_an_injected_one_open(
     injected.close()
 
 
-# -- histories stored in segments --------------------------------------------------------
+# -- growing histories, over the store's segment layer -----------------------------------
 
 
-def grow(store: Store, count: int, principal: str | None = None) -> tuple[Message, ...]:
-    """Checkpoint under key "k" after every message, ``count`` times; the last history."""
+def grow(
+    store: Store, count: int, principal: str | None = None, *, start: int = 0
+) -> tuple[Message, ...]:
+    """Checkpoint under key "k" after every message from message ``start`` to ``count``; the
+    last history."""
     base = checkpoint("r", principal=principal)
-    history: tuple[Message, ...] = ()
-    for i in range(count):
+    history = tuple(Message("user", f"message {i} " + "x" * 200) for i in range(start))
+    for i in range(start, count):
         history = (*history, Message("user", f"message {i} " + "x" * 200))
         store.put(base.evolve(history=history), key="k")
     return history
-
-
-def test_a_growing_history_appends_one_segment_per_put(
-    store: Store, client: redis.Redis, prefix: str
-) -> None:
-    assert isinstance(store.backend, Appending)
-    record, segments = f"{{{prefix}}}:r:k", f"{{{prefix}}}:s:k"
-    grow(store, 10)
-    assert client.llen(segments) == 10  # one small segment per put, not a rewrite
-    fields = client.hgetall(record)
-    assert b"body" not in fields and int(fields[b"segs"]) == 10
-    assert b"message 0" not in fields[b"head"] and b"\x00" in fields[b"head"]
-    assert all(len(s) < 300 for s in client.lrange(segments, 0, -1))
-    got = store.get_record("k")
-    assert got is not None and got.summary.size == len(got.body) == int(fields[b"size"])
-    assert store.delete("k")
-    assert store_keys(client, prefix) == [
-        sequence(prefix)
-    ]  # record, segments and every index entry
-
-
-class CountingRedisBackend(RedisBackend):
-    """Counts the Store's full (split) writes and its appends."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.full_writes = 0
-        self.appends: list[bool] = []  # whether each append landed
-
-    def save_split(self, record: Record, split: Split, **kwargs: Any) -> Summary:
-        self.full_writes += 1
-        return super().save_split(record, split, **kwargs)
-
-    def append(self, summary: Summary, split: Split, **kwargs: Any) -> Summary | None:
-        landed = super().append(summary, split, **kwargs)
-        self.appends.append(landed is not None)
-        return landed
 
 
 def whole_bytes(ckpt: RunCheckpoint, saved_at: int) -> bytes:
@@ -560,258 +543,254 @@ def whole_bytes(ckpt: RunCheckpoint, saved_at: int) -> bytes:
     return orjson.dumps({"format": "conversation-v1", "data": ckpt.to_json(), "savedAt": saved_at})
 
 
+def test_a_redis_store_puts_growing_histories_through_the_segment_layer(
+    store: Store, client: redis.Redis, prefix: str
+) -> None:
+    assert not isinstance(store.backend, Appending)
+    assert isinstance(store._records, Segmented)
+    history = grow(store, 10)
+    got = store.get("k")
+    assert got is not None and got.history == history
+    assert store.delete("k")
+    assert store_keys(client, prefix) == [sequence(prefix)]  # record and every index entry
+
+
 @pytest.mark.parametrize("ttl", [None, 3600.0])
-def test_growth_past_the_segment_limit_merges_on_the_server_and_stays_exact(
+def test_growth_past_the_segment_limit_stays_exact_and_leaves_no_piece_behind(
     client: redis.Redis, prefix: str, ttl: float | None
 ) -> None:
-    backend = CountingRedisBackend(client, prefix=prefix, ttl=ttl)
-    backend.max_segments = 6  # an instance's limit: the script takes it as an argument
-    store = Store(backend)
-    segments = f"{{{prefix}}}:s:k"
+    store = in_pieces(RedisBackend(client, prefix=prefix, ttl=ttl), max_segments=6)
     base = checkpoint("r", principal="al", agent="billing")
     history: tuple[Message, ...] = ()
-    lengths = []
+    counts = []
     for i in range(40):
         history = (*history, Message("user", f"message {i} " + "ü" * (i % 5)))
         ckpt = base.evolve(history=history, last_completed_iteration=i)
         summary = store.put(ckpt, key="k")
-        lengths.append(client.llen(segments))
         stored = store.get_record("k")
         assert stored is not None and stored.body == whole_bytes(ckpt, summary.saved_at)
         assert summary.size == len(stored.body) == stored.summary.size
         assert stored.summary == summary
-        if ttl is not None:
-            assert client.pttl(segments) > 3_000_000
-        else:
-            assert client.pttl(segments) == -1
-    # One full write; every later put appended, the merges included: nothing was resent.
-    assert backend.full_writes == 1 and backend.appends == [True] * 39
-    assert max(lengths) == 6
-    # The 7th put found 6 segments: merged into one, then its own appended; and so on.
-    assert lengths[:14] == [1, 2, 3, 4, 5, 6, 2, 3, 4, 5, 6, 2, 3, 4]
-    assert int(client.hget(f"{{{prefix}}}:r:k", "segs") or 0) == lengths[-1]
+        layout = Layout.unpack(client.hget(f"{{{prefix}}}:r:k", "body") or b"")
+        assert layout is not None
+        # exactly the pieces the record refers to: the ones merges replaced are gone
+        assert pieces(client, prefix) == sorted(
+            f"{{{prefix}}}#{PIECES}:r:k#{p}".encode() for p, _ in layout.pieces
+        )
+        counts.append(len(layout.pieces))
+        assert (client.pttl(f"{{{prefix}}}:r:k") > 3_000_000) == (ttl is not None)
+    assert max(counts) == 6 and counts[-1] < 6  # reached the limit, then merged
     assert store.head("k").revision == 40  # type: ignore[union-attr]
     assert [s.key for s in store.list(owner="al", agent_id="billing")] == ["k"]
     got = store.get("k")
     assert got is not None and got.history == history
     assert store.delete("k")
-    assert store_keys(client, prefix) == [sequence(prefix)]
+    assert pieces(client, prefix) == []
+    assert [k for k in store_keys(client, prefix) if b":r:" in k] == []
 
 
-def test_an_append_at_the_limit_merges_exactly_as_assemble_joins(
-    client: redis.Redis, prefix: str
-) -> None:
-    backend = RedisBackend(client, prefix=prefix)
-    backend.max_segments = 4
-    segments_key = f"{{{prefix}}}:s:k"
-    head = b'{"h":[\x00],"n":0}'
-    parts = [b"", b"1", b"", b"2,3", b"4", b"", b"5", b""]  # empty: puts with no new message
-    first, size = split_of(head, parts[0])
-    backend.save_split(Record(summary("k", size), assemble(head, parts[:1])), first)
-    digest = first.digest
-    lists = [client.lrange(segments_key, 0, -1)]
-    for n in range(2, len(parts) + 1):
-        split, size = split_of(head, *parts[:n])
-        landed = backend.append(summary("k", size), split, base_revision=n - 1, base_digest=digest)
-        assert landed is not None and (landed.revision, landed.size) == (n, size)
-        digest = split.digest
-        loaded = backend.load("k")
-        assert loaded is not None and loaded.body == assemble(head, parts[:n])
-        stored = client.lrange(segments_key, 0, -1)
-        assert len(stored) <= 4 and assemble(head, stored) == loaded.body
-        lists.append(stored)
-    # At 4 segments ("", "1", "", "2,3") the append of "4" merged them into "1,2,3" (the empty
-    # ones dropped, as assemble drops them); at ("1,2,3", "4", "", "5") the append of "" did.
-    assert lists[4:] == [
-        [b"1,2,3", b"4"],
-        [b"1,2,3", b"4", b""],
-        [b"1,2,3", b"4", b"", b"5"],
-        [b"1,2,3,4,5", b""],
-    ]
-    split, size = split_of(head, *parts, b"6")
-    assert backend.append(summary("k", size), split, base_revision=8, base_digest=digest)
-    assert client.lrange(segments_key, 0, -1) == [b"1,2,3,4,5", b"", b"6"]
-    loaded = backend.load("k")
-    assert loaded is not None and loaded.body == b'{"h":[1,2,3,4,5,6],"n":0}'
-
-
-def test_a_refused_append_at_the_limit_merges_nothing(client: redis.Redis, prefix: str) -> None:
-    backend = RedisBackend(client, prefix=prefix)
-    backend.max_segments = 3
-    head = b"[\x00]"
-    parts = [b"1", b"2", b"3"]
-    first, size = split_of(head, b"1")
-    backend.save_split(Record(summary("k", size, owner="al"), b"[1]"), first)
-    digest = first.digest
-    for n in (2, 3):
-        split, size = split_of(head, *parts[:n])
-        assert backend.append(summary("k", size), split, base_revision=n - 1, base_digest=digest)
-        digest = split.digest
-    split, size = split_of(head, *parts, b"4")
-    grown = summary("k", size)
-    snapshot = contents(client, prefix)
-    for revision, base_digest in ((2, digest), (4, digest), (3, first.digest), (3, "")):
-        assert backend.append(grown, split, base_revision=revision, base_digest=base_digest) is None
-        assert contents(client, prefix) == snapshot
-    with pytest.raises(OwnershipConflictError):
-        backend.append(
-            summary("k", size, owner="mallory"), split, base_revision=3, base_digest=digest
-        )
-    assert contents(client, prefix) == snapshot
-    # A list that lost a segment is not merged (the loss would become silent): refused too.
-    client.rpop(f"{{{prefix}}}:s:k")
-    snapshot = contents(client, prefix)
-    assert backend.append(grown, split, base_revision=3, base_digest=digest) is None
-    assert contents(client, prefix) == snapshot
-    client.rpush(f"{{{prefix}}}:s:k", b"3")
-    landed = backend.append(grown, split, base_revision=3, base_digest=digest)
-    assert landed is not None and landed.revision == 4 and landed.owner == "al"
-    assert client.lrange(f"{{{prefix}}}:s:k", 0, -1) == [b"1,2,3", b"4"]
-    loaded = backend.load("k")
-    assert loaded is not None and loaded.body == b"[1,2,3,4]"
-
-
-def test_a_store_with_a_lost_segment_at_the_limit_rewrites_the_record_whole(
-    client: redis.Redis, prefix: str
-) -> None:
-    backend = CountingRedisBackend(client, prefix=prefix)
-    backend.max_segments = 4
-    store = Store(backend)
-    base = checkpoint("r")
-    history: tuple[Message, ...] = ()
-    for i in range(5):
-        if i == 4:
-            client.rpop(f"{{{prefix}}}:s:k")
-        history = (*history, Message("user", f"message {i}"))
-        store.put(base.evolve(history=history), key="k")
-    # The fifth put: a refused append (nothing merged), then a full write.
-    assert backend.full_writes == 2 and backend.appends == [True, True, True, False]
-    assert client.llen(f"{{{prefix}}}:s:k") == 1
-    got = store.get("k")
-    assert got is not None and got.history == history
-
-
-def test_the_default_limit_of_1024_segments_is_reached_then_merged(
-    client: redis.Redis, prefix: str
-) -> None:
-    assert RedisBackend.max_segments == 1024
-    backend = RedisBackend(client, prefix=prefix)
-    head = b"[\x00]"
-    parts = [str(i).encode() for i in range(backend.max_segments + 1)]
-    first, size = split_of(head, parts[0])
-    backend.save_split(Record(summary("k", size), b"[0]"), first)
-    digest = first.digest
-    for n in range(2, len(parts) + 1):
-        size += 1 + len(parts[n - 1])
-        split = Split(head, parts[n - 1], chain(digest, parts[n - 1]))
-        landed = backend.append(summary("k", size), split, base_revision=n - 1, base_digest=digest)
-        assert landed is not None and landed.size == size
-        digest = split.digest
-        if n == backend.max_segments:
-            assert client.llen(f"{{{prefix}}}:s:k") == backend.max_segments
-    assert client.llen(f"{{{prefix}}}:s:k") == 2
-    loaded = backend.load("k")
-    assert loaded is not None and loaded.body == b"[" + b",".join(parts) + b"]"
-
-
-def test_retention_removes_the_segments_of_a_record(
-    store: Store, client: redis.Redis, prefix: str
-) -> None:
+def test_retention_removes_the_pieces_of_a_record(client: redis.Redis, prefix: str) -> None:
+    store = in_pieces(RedisBackend(client, prefix=prefix))
     grow(store, 5, principal="al")
-    assert client.exists(f"{{{prefix}}}:s:k")
+    assert pieces(client, prefix)
     assert store.forget_older_than(time.time() * 1000 + 60_000).forgotten == 1
-    assert store_keys(client, prefix) == [sequence(prefix)]
+    assert pieces(client, prefix) == []
+    assert [k for k in store_keys(client, prefix) if b":r:" in k] == []
 
 
-def test_a_whole_write_over_a_record_in_segments_removes_its_segments(
-    store: Store, client: redis.Redis, prefix: str
+def test_a_whole_write_over_a_record_in_pieces_removes_its_pieces(
+    client: redis.Redis, prefix: str
 ) -> None:
+    store = in_pieces(RedisBackend(client, prefix=prefix))
     grow(store, 6)
     stored = store.get_record("k")
-    assert stored is not None
+    assert stored is not None and pieces(client, prefix)
     store.put_record(stored)  # as copy and migrate write: whole bytes
-    assert not client.exists(f"{{{prefix}}}:s:k")
-    fields = client.hgetall(f"{{{prefix}}}:r:k")
-    assert fields[b"body"] == stored.body and not {b"head", b"dig", b"segs"} & set(fields)
+    assert pieces(client, prefix) == []
+    assert client.hget(f"{{{prefix}}}:r:k", "body") == stored.body
     again = store.get_record("k")
     assert again is not None and again.body == stored.body and again.summary.revision == 7
 
 
-def summary(key: str, size: int, *, saved_at: int = 1000, owner: str | None = None) -> Summary:
-    return Summary(key, "run", saved_at, owner, "agent", None, None, 1, size, 0)
-
-
-def split_of(head: bytes, *segments: bytes) -> tuple[Split, int]:
-    """The split whose last segment is ``segments[-1]``, and the assembled size after it."""
-    digest = ""
-    for segment in segments:
-        digest = chain(digest, segment)
-    return Split(head, segments[-1], digest), len(assemble(head, list(segments)))
-
-
-def test_an_append_whose_reply_was_lost_is_not_applied_twice(
+def test_a_refused_write_changes_nothing_and_leaves_no_piece(
     client: redis.Redis, prefix: str
 ) -> None:
-    backend = RedisBackend(client, prefix=prefix)
-    first, size = split_of(b'{"h":[\x00]}', b"1")
-    body = assemble(first.head, [first.segment])
-    assert backend.save_split(Record(summary("k", size), body), first).revision == 1
-    second, size = split_of(b'{"h":[\x00],"n":2}', b"1", b"2")
-    grown = summary("k", size, saved_at=2000)
-    landed = backend.append(grown, second, base_revision=1, base_digest=first.digest)
-    assert landed is not None and (landed.revision, landed.size) == (2, size)
-    snapshot = contents(client, prefix)
-    # The retry of the same append, as after a lost reply: refused, and nothing changes.
-    assert backend.append(grown, second, base_revision=1, base_digest=first.digest) is None
-    assert contents(client, prefix) == snapshot
-    loaded = backend.load("k")
-    assert loaded is not None and loaded.body == b'{"h":[1,2],"n":2}'
-    assert loaded.summary == landed
-    assert [s.key for s in backend.scan(Query(saved_since=2000))] == ["k"]
-    assert backend.scan(Query(saved_before=2000)) == []  # the old index entry moved
+    """Create-only, a stale revision and another principal, on a record in pieces with a
+    write that spills a new piece first: all refused, and every key as it was (but for the
+    revision counters, which only ever move on)."""
+    store = in_pieces(RedisBackend(client, prefix=prefix))
+    owned = checkpoint("r", principal="alice")
+    history = grow(store, 6, principal="alice")
+    grown = owned.evolve(history=(*history, Message("user", "one more")))
+
+    def snapshot() -> dict[bytes, Any]:
+        return {k: v for k, v in contents(client, prefix).items() if not k.endswith(b":rev")}
+
+    before = snapshot()
+    with pytest.raises(ConflictError):
+        store.put(grown, key="k", create_only=True)
+    with pytest.raises(ConflictError):
+        store.put(grown, key="k", if_revision=2)
+    with pytest.raises(OwnershipConflictError):
+        store.put(checkpoint("r", principal="mallory").evolve(history=grown.history), key="k")
+    assert snapshot() == before
+    got = store.get("k")
+    assert got is not None and got.history == history
 
 
-def test_a_record_missing_a_segment_reads_unreadable_not_shorter(
-    store: Store, client: redis.Redis, prefix: str
+class LosesOneReply(RedisBackend):
+    """The first conditional save of a record lands, then its reply is lost (a reset after
+    the server applied it): the segment layer commits an append with a conditional save."""
+
+    lost = False
+
+    def save(self, record: Record, **options: Any) -> Summary:
+        landed = super().save(record, **options)
+        if options.get("expect_revision") is not None and not self.lost and "#" not in record.key:
+            self.lost = True
+            raise BackendUnavailableError("reply lost", backend="redis", operation="save")
+        return landed
+
+
+@pytest.mark.parametrize("inline_bytes", [0, None])
+def test_an_append_whose_reply_was_lost_is_not_applied_twice(
+    client: redis.Redis, prefix: str, inline_bytes: int | None
 ) -> None:
+    backend = LosesOneReply(client, prefix=prefix)
+    store = Store(Segmented(backend, inline_bytes=inline_bytes))
+    history = grow(store, 3)
+    assert backend.lost  # the hook fired: a conditional save's reply was lost
+    head = store.head("k")
+    assert head is not None and head.revision == 3  # retried and recognised, not rewritten
+    got = store.get("k")
+    assert got is not None and got.history == history
+
+
+def test_a_record_missing_a_piece_reads_unreadable_not_shorter(
+    client: redis.Redis, prefix: str
+) -> None:
+    store = in_pieces(RedisBackend(client, prefix=prefix))
     grow(store, 3)
-    client.rpop(f"{{{prefix}}}:s:k")
-    record = store.get_record("k")
-    assert record is not None and b"\x00" in record.body
-    with pytest.raises(UnreadableEnvelopeError):
+    client.delete(pieces(client, prefix)[0])
+    with pytest.raises(UnreadableEnvelopeError, match="segments"):
         store.get("k")
+
+
+class Sent:
+    """Counts what redis-py sends: a command, or a whole pipeline, is one send (one round
+    trip); ``commands`` counts the commands in them."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sends = self.commands = 0
+        conn = redis.connection.AbstractConnection
+        send, send_one, pack_many = conn.send_packed_command, conn.send_command, conn.pack_commands
+        counter = self
+
+        def counted(self: Any, command: Any, check_health: bool = True) -> None:
+            counter.sends += 1
+            send(self, command, check_health)
+
+        def one(self: Any, *args: Any, **kwargs: Any) -> None:
+            counter.commands += 1
+            send_one(self, *args, **kwargs)
+
+        def packed_many(self: Any, commands: Any) -> Any:
+            counter.commands += len(commands)
+            return pack_many(self, commands)
+
+        monkeypatch.setattr(conn, "send_packed_command", counted)
+        monkeypatch.setattr(conn, "send_command", one)
+        monkeypatch.setattr(conn, "pack_commands", packed_many)
+
+    def clear(self) -> None:
+        self.sends = self.commands = 0
 
 
 def test_a_put_and_a_get_are_each_one_round_trip(
     client: redis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    backend = RedisBackend(client, prefix=prefix)
-    backend.max_segments = 3
-    store = Store(backend)
-    sent: list[int] = []
-    send = redis.connection.AbstractConnection.send_packed_command
-
-    def counted(self: Any, command: Any, check_health: bool = True) -> None:
-        sent.append(1)
-        send(self, command, check_health)
-
+    """One command each: an EVALSHA of the write script, an HMGET."""
+    store = Store(RedisBackend(client, prefix=prefix))
     base = checkpoint("r", principal="al")
     history = (Message("user", "message 0"),)
     store.put(base.evolve(history=history), key="k")  # checks durability, loads the script
-    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
-    for i in range(1, 6):  # appends, one of them merging at the limit
+    sent = Sent(monkeypatch)
+    for i in range(1, 6):
         history = (*history, Message("user", f"message {i}"))
         sent.clear()
         store.put(base.evolve(history=history), key="k")
-        assert len(sent) == 1
+        assert (sent.sends, sent.commands) == (1, 1)
         sent.clear()
         got = store.get("k")
-        assert len(sent) == 1 and got is not None and got.history == history
+        assert (sent.sends, sent.commands) == (1, 1)
+        assert got is not None and got.history == history
     sent.clear()
-    assert store.get("missing") is None and len(sent) == 1
+    assert store.get("missing") is None and (sent.sends, sent.commands) == (1, 1)
 
 
-# -- large first writes go through a staging list ----------------------------------------
+def test_the_pieces_of_a_record_are_read_in_one_round_trip(
+    client: redis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = in_pieces(RedisBackend(client, prefix=prefix), max_segments=8)
+    history = grow(store, 6)
+    layout = Layout.unpack(client.hget(f"{{{prefix}}}:r:k", "body") or b"")
+    assert layout is not None and len(layout.pieces) == 6
+    sent = Sent(monkeypatch)
+    got = store.get("k")
+    assert got is not None and got.history == history
+    # the record's HMGET, then one pipeline of an HMGET per piece
+    assert (sent.sends, sent.commands) == (2, 1 + 6)
+
+
+# -- records stored in segments by version 0.4 -------------------------------------------
+
+
+def test_a_record_version_0_4_stored_in_segments_reads_grows_and_drops_whole(
+    client: redis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = tuple(Message("user", f"message {i} ü") for i in range(6))
+    ckpt = RunCheckpoint.new("m", history, run_id="r")
+    whole = write_old_split_record(client, prefix, "old", ckpt, principal="al")
+    write_old_split_record(client, prefix, "gone", ckpt, principal="al")
+    segments = f"{{{prefix}}}:s:"
+    with open_store(REDIS_URL, prefix=prefix) as store:
+        record = store.get_record("old")
+        assert record is not None and record.body == whole
+        assert (record.summary.revision, record.summary.owner) == (5, "al")
+        assert record.summary.size == len(whole)
+        assert store.backend.load_many(["gone", "missing", "old"]) == [  # type: ignore[attr-defined]
+            store.backend.load("gone"),
+            None,
+            record,
+        ]
+        got = store.get("old")
+        assert got is not None and got.history == history
+        assert [s.key for s in store.list(owner="al")] == ["gone", "old"]
+        sent = Sent(monkeypatch)
+        store.get("old")
+        assert sent.sends == 2  # the hash, then hash and list in one snapshot
+
+        grown = ckpt.evolve(history=(*history, Message("assistant", "seven")))
+        assert store.put(grown, key="old", if_revision=5).revision == 6
+        assert not client.exists(segments + "old")
+        assert store.get("old") == grown
+        with pytest.raises(OwnershipConflictError):
+            store.put(checkpoint("x", principal="mallory"), key="gone")
+        assert client.exists(segments + "gone")
+
+        assert store.delete("gone")
+        assert not client.exists(segments + "gone")
+        assert [s.key for s in store.list()] == ["old"]
+
+
+def test_a_record_version_0_4_stored_with_a_lost_segment_reads_unreadable(
+    client: redis.Redis, prefix: str
+) -> None:
+    history = tuple(Message("user", f"message {i}") for i in range(4))
+    write_old_split_record(client, prefix, "k", RunCheckpoint.new("m", history), principal="al")
+    client.rpop(f"{{{prefix}}}:s:k")
+    with open_store(REDIS_URL, prefix=prefix) as store, pytest.raises(UnreadableEnvelopeError):
+        store.get("k")
 
 
 def _big_history(n: int = 120) -> tuple[Message, ...]:
@@ -819,47 +798,21 @@ def _big_history(n: int = 120) -> tuple[Message, ...]:
 
 
 @pytest.mark.parametrize("ttl", [None, 3600])
-def test_a_large_history_is_staged_then_renamed_into_place(
+def test_a_large_history_reads_back_exactly_and_grows(
     client: redis.Redis, prefix: str, ttl: int | None
 ) -> None:
-    from agent_checkpoint.backends import redis as redis_module
-
     with open_store(REDIS_URL, prefix=prefix, ttl=ttl) as store:
         ckpt = RunCheckpoint.new("m", _big_history(), run_id="r")
-        size = len(ckpt.to_json()["history"][0]["content"]) * 120
-        assert size > redis_module.STAGE_BYTES
         summary = store.put(ckpt, key="k")
         whole = Store(MemoryBackend())
         whole.put(ckpt, key="k")
         got, expected = store.get_json("k"), whole.get_json("k")
         assert got is not None and expected is not None and got["data"] == expected["data"]
         assert store.head("k") == summary
-        segs = f"{{{prefix}}}:s:k"
-        assert client.llen(segs) == 1
-        assert (client.pttl(segs) > 0) == (ttl is not None)  # not the staging list's expiry
-        assert not list(client.scan_iter(match=f"{{{prefix}}}:t:*"))
-        # Growing it afterwards appends as usual.
+        assert (client.pttl(f"{{{prefix}}}:r:k") > 0) == (ttl is not None)
         grown = ckpt.evolve(history=(*ckpt.history, Message("assistant", "ok")))
         store.put(grown, key="k")
-        assert client.llen(segs) == 2
         assert store.get("k") == grown
-
-
-def test_a_refused_staged_write_changes_nothing_and_leaves_no_staging_list(
-    store: Store, client: redis.Redis, prefix: str
-) -> None:
-    first = RunCheckpoint.new("m", _big_history(), run_id="r")
-    owned = checkpoint("r", principal="alice").evolve(history=_big_history())
-    store.put(owned, key="k")
-    before = contents(client, prefix)
-    with pytest.raises(ConflictError):
-        store.put(first, key="k", create_only=True)
-    with pytest.raises(ConflictError):
-        store.put(first, key="k", if_revision=7)
-    with pytest.raises(OwnershipConflictError):
-        store.put(checkpoint("r", principal="mallory").evolve(history=_big_history(130)), key="k")
-    assert contents(client, prefix) == before
-    assert not list(client.scan_iter(match=f"{{{prefix}}}:t:*"))
 
 
 def test_a_key_that_expired_and_was_written_again_never_repeats_a_revision(

@@ -17,9 +17,12 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ClusterDownError, SlotNotCoveredError
+from support.redis_legacy import write_old_split_record
 from support.redis_server import RedisClusterServers, cluster_with_replicas, need_redis_server
 
 from agent_checkpoint import Message, RunCheckpoint, Store, open_store
+from agent_checkpoint._segments import PIECES, Segmented
+from agent_checkpoint.backends.base import Query
 from agent_checkpoint.backends.redis import RedisBackend, VolatileRedisWarning
 from agent_checkpoint.errors import BackendUnavailableError, InvalidKeyError
 from agent_checkpoint.store import RetryPolicy
@@ -52,10 +55,50 @@ def store(url: str) -> Iterator[Store]:
         yield opened
 
 
-class TestRedisClusterStore(
-    StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance
-):
+class TestRedisClusterStore(StoreConformance, ClaimsConformance, EncryptionConformance):
     pass
+
+
+class TestRedisClusterStoreInPieces(StoreConformance, AppendingConformance):
+    """The segment layer's thresholds at their lowest: every put moves history into pieces."""
+
+    @pytest.fixture
+    def store(self, url: str) -> Iterator[Store]:
+        backend = RedisBackend.from_url(url)
+        with Store(Segmented(backend, inline_bytes=0, max_segments=4)) as opened:
+            yield opened
+
+
+def test_the_pieces_of_a_record_are_read_in_one_pipeline_on_the_stores_node(url: str) -> None:
+    """``load_many`` pipelines one HMGET per piece: all keys of a store share its hash tag, so
+    the cluster client sends them to one node, in one round trip."""
+    backend = RedisBackend.from_url(url)
+    with Store(Segmented(backend, inline_bytes=0, max_segments=8)) as store:
+        history: tuple[Message, ...] = ()
+        for i in range(6):
+            history = (*history, Message("user", f"message {i}"))
+            store.put(RunCheckpoint.new("go", history, run_id="r"), key="k")
+        pieces = backend.namespace(PIECES)
+        keys = [s.key for s in pieces.scan(Query(limit=100))]
+        assert len(keys) == 6
+        loaded = pieces.load_many([*keys, "k#missing"])
+        assert loaded == [*(pieces.load(k) for k in keys), None]
+        got = store.get("k")
+        assert got is not None and got.history == history
+
+
+def test_a_record_version_0_4_stored_in_segments_reads_and_drops_whole(url: str) -> None:
+    """Its hash and list are read in one MULTI, on the store's node."""
+    history = tuple(Message("user", f"message {i}") for i in range(5))
+    ckpt = RunCheckpoint.new("go", history, run_id="r")
+    with open_store(url) as store:
+        backend = store.backend
+        assert isinstance(backend, RedisBackend)
+        whole = write_old_split_record(backend._client, backend.prefix, "k", ckpt, principal="al")
+        record = store.get_record("k")
+        assert record is not None and record.body == whole and record.summary.owner == "al"
+        assert store.delete("k")
+        assert not backend._client.exists(f"{{{backend.prefix}}}:s:k")
 
 
 def test_a_cluster_url_opens_a_cluster_client(store: Store) -> None:
@@ -200,9 +243,8 @@ def test_a_store_follows_its_slot_when_the_cluster_is_resharded(
     cluster: RedisClusterServers,
 ) -> None:
     """The store's slot moves to another primary while the store is open: its client still
-    maps the slot to the old node, which answers MOVED. A staged write (the backend sends it to
-    the node itself, so that MOVED is the backend's to handle) lands on the new owner. The
-    slot moves back: a load and an append (the cluster client's own commands) follow it too,
+    maps the slot to the old node, which answers MOVED. A large write (its history spills into
+    a piece) lands on the new owner. The slot moves back: a load and an append follow it too,
     and a fresh store reads everything written."""
     admin = RedisCluster.from_url(cluster.url)
     prefix = f"rs-{uuid.uuid4().hex[:6]}"
@@ -217,7 +259,7 @@ def test_a_store_follows_its_slot_when_the_cluster_is_resharded(
             with redis.Redis(port=target.port) as moved:
                 assert moved.exists(f"{{{prefix}}}:r:k") == 1
 
-            big = [Message("user", "x" * 100_000)]  # staged: a node-direct pipeline, first
+            big = [Message("user", "x" * 100_000)]  # a piece, then the record
             assert store.put(RunCheckpoint.new("go", big, run_id="r"), key="big").revision >= 1
             move_slot(cluster, slot, target, source)  # and back, for the cluster client's MOVED
             got = store.get("k")

@@ -59,6 +59,11 @@ def proxy(shared: redis.Redis) -> Iterator[FaultProxy]:
     p.close()
 
 
+PUT = ("load", "save")
+"""What a put makes: over the store's segment layer, a put of a key it has not written reads
+the record it replaces (the pieces of a long history go when it does), then saves."""
+
+
 def writer_store(url: str, prefix: str) -> tuple[Store, CountingBackend]:
     counting = count_faults(RedisBackend.from_url(url, prefix=prefix))
     return Store(counting), counting  # type: ignore[arg-type]
@@ -73,7 +78,7 @@ def test_resets_and_refusals_mid_load_lose_no_acknowledged_write(
         loop = WriterLoop(store)
         loop.during(lambda: resets_and_refusals(loop, proxy, between=50, after=20))
         assert counting.transient > 0, "the faults never reached the writers"
-        assert_nothing_acknowledged_was_lost(loop, reader, "redis")
+        assert_nothing_acknowledged_was_lost(loop, reader, "redis", operations=PUT)
         assert len({s.key for s in reader.iter_summaries()}) >= len(loop.acked)
 
 
@@ -85,10 +90,12 @@ def test_an_exhausted_retry_budget_raises_the_library_error_with_the_driver_caus
     with open_store(f"redis://{host}:{port}/0", prefix=prefix, retry=brief) as store:
         store.put(checkpoint(), key="before")
         calls: list[tuple[str, Callable[[], object]]] = [
-            ("save", lambda: store.put(checkpoint(), key="during")),
+            ("save", lambda: store.put(checkpoint(), key="during", create_only=True)),
+            ("load", lambda: store.put(checkpoint(), key="during")),  # see PUT
             ("load", lambda: store.get("before")),
             ("scan", lambda: store.list()),
-            ("drop", lambda: store.delete("before")),
+            ("load", lambda: store.delete("before")),  # the layer reads the pieces to drop
+            ("drop", lambda: store.backend.drop("before")),
         ]
         with proxy.refusing():
             for operation, call in calls:
@@ -117,4 +124,4 @@ def test_acknowledged_writes_survive_a_server_killed_and_restarted() -> None:
             loop.during(faults)
         assert counting.transient > 0, "the restarts never reached the writers"
         with open_store(server.url, prefix="restart") as reader:
-            assert_nothing_acknowledged_was_lost(loop, reader, "redis")
+            assert_nothing_acknowledged_was_lost(loop, reader, "redis", operations=PUT)

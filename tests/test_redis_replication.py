@@ -15,6 +15,8 @@ import redis
 from support.redis_server import RedisServer, cluster_with_replicas, need_redis_server
 
 from agent_checkpoint import Message, NotReplicatedError, RunCheckpoint, Store, open_store
+from agent_checkpoint._segments import PIECES, Segmented
+from agent_checkpoint.backends.redis import RedisBackend
 from agent_checkpoint.cli import main
 from agent_checkpoint.errors import ConflictError, InvalidKeyError
 from agent_checkpoint.store import RetryPolicy
@@ -78,8 +80,19 @@ def store(servers: Replicated, prefix: str) -> Iterator[Store]:
         yield s
 
 
-class TestWaitingForAReplica(StoreConformance, ClaimsConformance, AppendingConformance):
+class TestWaitingForAReplica(StoreConformance, ClaimsConformance):
     """The whole contract, every write waiting for the replica."""
+
+
+class TestWaitingForAReplicaInPieces(StoreConformance, AppendingConformance):
+    """The same with every put past the first moving history into pieces (each written, like
+    any record, waiting for the replica)."""
+
+    @pytest.fixture
+    def store(self, servers: Replicated, prefix: str) -> Iterator[Store]:
+        url = f"{servers.primary.url}?prefix={prefix}&wait_replicas=1&wait_timeout=5"
+        with Store(Segmented(RedisBackend.from_url(url), inline_bytes=0, max_segments=4)) as s:
+            yield s
 
 
 def _history(n: int, size: int = 10) -> list[Message]:
@@ -89,10 +102,10 @@ def _history(n: int, size: int = 10) -> list[Message]:
 def test_every_acknowledged_write_is_already_on_the_replica(
     servers: Replicated, store: Store, prefix: str
 ) -> None:
-    """Read straight from the replica after each put, append, large first write and delete:
-    the replica holds exactly what the primary acknowledged, and each write waited for it (on
-    loopback an unwaited write usually arrives first too, so the primary's count of WAITs is
-    what tells the two apart)."""
+    """Read straight from the replica after each put, append, large first write (its history
+    in a piece) and delete: the replica holds exactly what the primary acknowledged, and each
+    write waited for it (on loopback an unwaited write usually arrives first too, so the
+    primary's count of WAITs is what tells the two apart)."""
     primary = redis.Redis(port=servers.primary.port)
 
     def waits() -> int:
@@ -100,7 +113,7 @@ def test_every_acknowledged_write_is_already_on_the_replica(
 
     before = waits()
     with open_store(f"{servers.replica.url}?prefix={prefix}") as replica:
-        for n, size in ((1, 10), (2, 10), (3, 10), (1, 200_000), (2, 10)):  # 200 KB is staged
+        for n, size in ((1, 10), (2, 10), (3, 10), (1, 200_000), (2, 10)):  # 200 KB: a piece
             ckpt = RunCheckpoint.new("go", _history(n, size), run_id="r")
             written = store.put(ckpt, key="k")
             assert replica.get_record("k") == store.get_record("k")
@@ -201,11 +214,11 @@ def test_writes_reload_their_scripts_after_the_server_forgot_them(
     servers: Replicated, prefix: str, wait: int
 ) -> None:
     """A server restarted without its script cache (or SCRIPT FLUSH) answers NOSCRIPT: every
-    kind of write loads its script again and applies once, and a staged segment whose first
-    attempt met NOSCRIPT leaves no staging list behind."""
+    kind of write (a record, and a piece of a long history) loads its script again and applies
+    once."""
     admin = redis.Redis(port=servers.primary.port)
     with open_store(f"{servers.primary.url}?prefix={prefix}&wait_replicas={wait}") as store:
-        # a staged full write, an append, a full write
+        # a full write spilling a piece, an append spilling another, a full write
         for revision, (n, size) in enumerate(((1, 200_000), (2, 200_000), (1, 10)), 1):
             admin.script_flush()
             ckpt = RunCheckpoint.new("go", _history(n, size), run_id="r")
@@ -214,7 +227,7 @@ def test_writes_reload_their_scripts_after_the_server_forgot_them(
         admin.script_flush()
         assert store.delete("k")
         assert store.get_record("k") is None
-        assert admin.keys(f"{{{prefix}}}:t:*") == []
+        assert admin.keys(f"{{{prefix}}}#{PIECES}:r:*") == []
     admin.close()
 
 

@@ -3,12 +3,11 @@
 Layout (encoded by ``redis_layout.py``), for prefix ``P`` (all keys share the hash tag ``{P}``,
 so one store is one cluster slot; shard across nodes with several prefixes):
 
-- ``{P}:r:<key>``: hash of one record: its summary fields and its index positions, plus either
-  ``body`` (a whole record) or, for a record stored in segments (``segments.py``), ``head``,
-  ``dig`` (the segments' digest) and ``segs`` (how many there are).
-- ``{P}:s:<key>``: list of a split record's history segments, in order: at most
-  ``max_segments`` (at least 2); an append to a record at the limit first merges them into one,
-  in the same script.
+- ``{P}:r:<key>``: hash of one record: its summary fields, its index positions and ``body``.
+  A record that version 0.4 stored in segments has ``head``, ``dig`` and ``segs`` instead
+  of ``body``, and its segments in the list ``{P}:s:<key>``: still read (``_legacy``), and
+  removed by the next write or drop of the key. Long histories are now the store's segment
+  layer's business (``_segments.py``): its pieces are records of the namespace ``segments``.
 - ``{P}:new``, ``{P}:o:<owner>``, ``{P}:a:<agent>``, ``{P}:f``, ``{P}:p:<phase>``: sorted sets,
   score 0, members ``<17 digits: OFFSET - 1 - saved_at>:<key>``, so lexicographic order is
   (saved_at DESC, key ASC) and a keyset position is a ZRANGEBYLEX bound.
@@ -21,14 +20,17 @@ A namespace ``N`` of the store (``namespace``; claims live in one) has the same 
 ``{P}#N:``: in the store's slot, and out of reach of any other store, whose prefix cannot hold
 a brace.
 
-With ``ttl`` every write gives each per-record key (the hash, and the segment list of a split
-record) the same fresh expiry; index members of expired records are skipped and removed when a
-scan meets them, or by ``repair``. Writes are Lua scripts (``redis_scripts.py``); ``load`` is one
-MULTI/EXEC of HMGET and LRANGE. A put and a get are one round trip each.
+With ``ttl`` every write gives the record's hash a fresh expiry; index members of expired
+records are skipped and removed when a scan meets them, or by ``repair``. The pieces of a long
+history never expire (a record written again refers to pieces older than its ttl): the ones a
+record that expired leaves are orphans, which ``verify --repair`` removes. Writes are Lua
+scripts (``redis_scripts.py``); a read is one HMGET, the pieces of a long history one pipeline
+of them (``load_many``). A put and a get are one round trip each (and one more for the pieces,
+where a history has any).
 
 On a Redis Cluster (``?cluster=true``, or a ``RedisCluster`` client) all of the above runs
-unchanged on the node that owns the store's slot; a cluster pipeline refuses scripts, so the
-writes that need a pipeline (a staged segment, ``WAIT``) run on that node's own connection.
+unchanged on the node that owns the store's slot; a cluster pipeline refuses scripts, so a
+write that waits for replicas runs on that node's own connection.
 
 With ``wait_replicas=N`` every write is followed, in the same round trip and on the same
 connection, by ``WAIT N wait_timeout``: it returns once N replicas confirmed it, and raises
@@ -37,8 +39,7 @@ connection, by ``WAIT N wait_timeout``: it returns once N replicas confirmed it,
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -47,6 +48,7 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+from ..codec import join_parts
 from ..errors import (
     ConflictError,
     InvalidArgumentError,
@@ -79,22 +81,15 @@ from .redis_layout import (
     summary_of,
 )
 from .redis_scripts import DROP, PAGE, WRITE
-from .segments import Split, assemble
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend", "VolatileRedisWarning"]
 
 DEFAULT_PREFIX = "agent-checkpoint"
 MAX_BATCH = 2000
-STAGE_BYTES = 64 * 1024
-"""A segment this large is written by a plain RPUSH to a staging list that the write script
-renames into place: passed to Lua as an argument, 1.3 MB costs ~1.8 ms more than the write."""
-STAGE_TTL_MS = 600_000
-"""How long a staging list outlives a writer that died before its script ran."""
 
 
 class RedisBackend(Closable):
     name = "redis"
-    max_segments = 1024
 
     def __init__(
         self,
@@ -161,23 +156,42 @@ class RedisBackend(Closable):
     # -- records -------------------------------------------------------------------------
 
     def load(self, key: str) -> Record | None:
-        # One round trip, one consistent snapshot: MULTI, HMGET, LRANGE, EXEC in one write. A
-        # transaction, not a script: Lua would copy every segment into a Lua string and back.
-        record, segs = self._keys(key)
         with self._errors("load"):
-            pipe = self._client.pipeline(transaction=True)
-            pipe.hmget(record, LOADED)
-            pipe.lrange(segs, 0, -1)
-            row, segments = pipe.execute()
+            row: list[Any] = self._client.hmget(self._record_key(key), LOADED)
+        return self._record(key, row)
+
+    def load_many(self, keys: Sequence[str]) -> list[Record | None]:
+        # One pipeline: a store's keys share one hash tag, so on a cluster it goes to one node.
+        with self._errors("load"):
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hmget(self._record_key(key), LOADED)
+            rows = pipe.execute()
+        return [self._record(key, row) for key, row in zip(keys, rows, strict=True)]
+
+    def _record(
+        self, key: str, row: list[Any], segments: list[bytes] | None = None
+    ) -> Record | None:
         body, head, count = row[:3]
-        if head is not None:
+        if head is not None:  # stored in segments by version 0.4
+            if segments is None:
+                return self._legacy(key)
             if count is None or int(count) != len(segments):
                 body = head  # a lost segment: the head alone does not decode (unreadable)
             else:
-                body = assemble(head, segments)
+                body = join_parts(head, b",".join(s for s in segments if s))
         if body is None:
             return None
         return Record(summary_of(key, row[3:]), body)
+
+    def _legacy(self, key: str) -> Record | None:
+        """A record version 0.4 stored in segments: its hash and list in one snapshot."""
+        with self._errors("load"):
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hmget(self._record_key(key), LOADED)
+            pipe.lrange(self._keys(key)[1], 0, -1)
+            row, segments = pipe.execute()
+        return self._record(key, row, segments)
 
     def head(self, key: str) -> Summary | None:
         with self._errors("head"):
@@ -187,40 +201,15 @@ class RedisBackend(Closable):
     def save(
         self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
     ) -> Summary:
-        args = self._args(record.summary, "save", create_only, expect_revision, record.body)
-        return self._saved(record.summary, "save", args, expect_revision, len(record.body))
-
-    def save_split(
-        self,
-        record: Record,
-        split: Split,
-        *,
-        expect_revision: int | None = None,
-        create_only: bool = False,
-    ) -> Summary:
-        size = record.summary.size  # the assembled size: a split write's body is empty
-        args = self._args(record.summary, "split", create_only, expect_revision, split.head)
-        if len(split.segment) < STAGE_BYTES:
-            args += [split.segment, split.digest, str(size)]
-            return self._saved(record.summary, "save", args, expect_revision, size)
-        args += ["", split.digest, str(size), "", "", "staged"]
-        reply = self._run("save", self._write, self._keys(record.key), args, split.segment)
-        return self._outcome(record.summary, reply, expect_revision, size)
-
-    def append(
-        self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
-    ) -> Summary | None:
-        args = self._args(summary, "append", False, base_revision, split.head)
-        args += [split.segment, split.digest, str(summary.size), base_digest, self.max_segments]
-        reply = self._run("append", self._write, self._keys(summary.key), args)
-        if reply[0] == b"stale":
-            return None
-        return self._outcome(summary, reply, base_revision, summary.size)
+        s = record.summary
+        size = s.size or len(record.body)  # a layout record's is its assembled bytes' size
+        args = [*self._args(s, create_only, expect_revision, record.body), str(size)]
+        reply = self._run("save", self._write, self._keys(s.key), args)
+        return self._outcome(s, reply, expect_revision, size)
 
     def _args(
         self,
         s: Summary,
-        mode: str,
         create_only: bool,
         revision: int | None,
         body: bytes,
@@ -233,7 +222,6 @@ class RedisBackend(Closable):
         return [
             self._base,
             s.key,
-            mode,
             "1" if create_only else "0",
             "" if revision is None else str(revision),
             body,
@@ -248,12 +236,6 @@ class RedisBackend(Closable):
             opt(None if s.failure_iteration is None else str(s.failure_iteration)),
             str(self.ttl_ms),
         ]
-
-    def _saved(
-        self, s: Summary, operation: str, args: list[Any], expected: int | None, size: int
-    ) -> Summary:
-        reply = self._run(operation, self._write, self._keys(s.key), args)
-        return self._outcome(s, reply, expected, size)
 
     def _outcome(self, s: Summary, reply: list[Any], expected: int | None, size: int) -> Summary:
         """The stored summary for an "ok" reply of the write script; the refusal otherwise."""
@@ -362,63 +344,43 @@ class RedisBackend(Closable):
         return self._base + "r:" + key
 
     def _keys(self, key: str) -> list[str]:
-        """A record's keys: its hash and its segment list."""
+        """A record's keys: its hash and the segment list of version 0.4."""
         return [self._base + "r:" + key, self._base + "s:" + key]
 
-    def _run(
-        self,
-        operation: str,
-        script: Script,
-        keys: list[str],
-        args: list[Any],
-        staged: bytes | None = None,
-    ) -> Any:
+    def _run(self, operation: str, script: Script, keys: list[str], args: list[Any]) -> Any:
         """Run a write script in one round trip and return its reply. ``args`` start with the
-        prefix and the key, as every write script's do. ``staged``: a segment
-        RPUSHed to a fresh staging list first, passed to the script as its last key. With
-        ``wait_replicas``, a ``WAIT`` follows on the same connection, and a write the script
-        applied (``ok``, ``dropped``) that too few replicas confirmed raises
-        ``NotReplicatedError``."""
+        prefix and the key, as every write script's do. With ``wait_replicas``, a ``WAIT``
+        follows on the same connection, and a write the script applied (``ok``, ``dropped``)
+        that too few replicas confirmed raises ``NotReplicatedError``."""
         with self._errors(operation):
-            if not self.wait_replicas and staged is None:
+            if not self.wait_replicas:
                 return script(keys, args)
             client = self._client
             if isinstance(client, RedisCluster):  # its pipelines refuse scripts: use the node's
                 client = client.get_redis_connection(store_node(client, self.prefix))
             for _ in range(2):
                 pipe = client.pipeline(transaction=False)
-                stage = []
-                if staged is not None:
-                    stage = [f"{self._base}t:{uuid.uuid4().hex}"]
-                    pipe.rpush(stage[0], staged)
-                    pipe.pexpire(stage[0], STAGE_TTL_MS)
-                pipe.evalsha(script.sha, len(keys) + len(stage), *keys, *stage, *args)
-                if self.wait_replicas:
-                    pipe.wait(self.wait_replicas, max(1, round(self.wait_timeout * 1000)))
-                replies = pipe.execute(raise_on_error=False)
-                reply = replies[-2] if self.wait_replicas else replies[-1]
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+                pipe.wait(self.wait_replicas, max(1, round(self.wait_timeout * 1000)))
+                reply, confirmed = pipe.execute(raise_on_error=False)
                 if not isinstance(reply, NoScriptError):
                     break
-                if stage:
-                    client.delete(stage[0])
                 script.sha = client.script_load(script.script)  # a new or flushed server
-            for answer in replies:
+            for answer in (reply, confirmed):
                 if isinstance(answer, Exception):
                     raise answer
-        if self.wait_replicas and reply[0] in (b"ok", b"dropped"):
-            confirmed = int(replies[-1])
-            if confirmed < self.wait_replicas:
-                raise NotReplicatedError(
-                    f"redis {operation} of key {args[1]!r} applied on the primary, but only "
-                    f"{confirmed} of the {self.wait_replicas} replicas it waits for "
-                    f"(wait_replicas) confirmed it within {self.wait_timeout:g} s "
-                    "(wait_timeout): a failover now could lose it",
-                    backend=self.name,
-                    operation=operation,
-                    key=args[1],
-                    wanted=self.wait_replicas,
-                    confirmed=confirmed,
-                )
+        if reply[0] in (b"ok", b"dropped") and int(confirmed) < self.wait_replicas:
+            raise NotReplicatedError(
+                f"redis {operation} of key {args[1]!r} applied on the primary, but only "
+                f"{confirmed} of the {self.wait_replicas} replicas it waits for "
+                f"(wait_replicas) confirmed it within {self.wait_timeout:g} s "
+                "(wait_timeout): a failover now could lose it",
+                backend=self.name,
+                operation=operation,
+                key=args[1],
+                wanted=self.wait_replicas,
+                confirmed=int(confirmed),
+            )
         return reply
 
     @contextmanager

@@ -50,8 +50,8 @@ Client = redis.Redis | RedisCluster
 
 # A cluster that lost a node answers CLUSTERDOWN, or leaves slots uncovered, until a replica
 # takes over: transient, like a refused connection.
-# MOVED and ASK reach the backend only from a node it addressed itself (a staged write, or one
-# that waits for replicas, runs on its slot's node): after ``refresh_topology`` a retry finds
+# MOVED and ASK reach the backend only from a node it addressed itself (a write that
+# waits for replicas runs on its slot's node): after ``refresh_topology`` a retry finds
 # the new owner (tested by resharding a slot under an open store).
 TRANSIENT = (
     RedisConnectionError,

@@ -30,61 +30,32 @@ local function unindex(cur, key)
 end
 """
 
-# One write of a record, in one of three modes:
-# - "save": plan_save's rules, in its order (create_only, then the expected revision, then the
-#   owner); stores ``body`` whole and deletes any segments;
-# - "split": the same rules; stores a head, one segment and the segments' digest;
-# - "append": applies only when the record is split, at the base revision and with the base
-#   digest (otherwise "stale", nothing changed); then the owner rule; replaces the head, pushes
-#   one segment, stores the new digest. A record that already holds the maximum segments first
-#   has them merged into one, here in the same atomic step, joined exactly as
-#   ``segments.assemble`` joins them (non-empty segments, separated by ","), so the assembled
-#   bytes never change; a list that does not hold ``segs`` segments (one was lost) is not merged
-#   (that would hide the loss): "stale", and the writer rewrites the record whole.
-# Every mode rewrites the summary fields and moves every index entry, and with a ttl refreshes
-# the expiry of every key of the record. A "split" write whose ARGV[22] is "staged" takes its
-# segment from the staging list KEYS[3] (written by a plain RPUSH just before), renamed into
-# place, and deletes the staging list when it refuses.
-# KEYS: record hash, segment list[, staging list]. ARGV: 1 base, 2 key, 3 mode, 4 create_only
-# ("1"), 5 expected
-# or base revision ("" none), 6 body or head, 7 newest position, 8 oldest position, 9 owner,
-# 10 agent, 11 phase, 12 run id, 13 saved at, 14 message count, 15 failure iteration (9-11 and
-# 15: "" for none, else "=" and the value), 16 ttl ms (0 none), 17 segment, 18 digest,
-# 19 assembled size, 20 base digest, 21 max segments, 22 "staged" or absent.
+# One write of a whole record, by plan_save's rules in its order (create_only, then the expected
+# revision, then the owner): rewrites the summary fields and ``body``, moves every index entry,
+# and with a ttl gives the hash a fresh expiry. It deletes the record's segment list, which only
+# a record written by a version that stored histories in segments has (the DEL of the old hash
+# drops that record's head fields too).
+# KEYS: record hash, segment list. ARGV: 1 base, 2 key, 3 create_only ("1"), 4 expected
+# revision ("" none), 5 body, 6 newest position, 7 oldest position, 8 owner, 9 agent, 10 phase,
+# 11 run id, 12 saved at, 13 message count, 14 failure iteration (8-10 and 14: "" for none, else
+# "=" and the value), 15 ttl ms (0 none), 16 size (of the record's bytes as a reader gets them).
 WRITE = (
     _UNINDEX
     + """
-local rec, segs, key, mode = KEYS[1], KEYS[2], ARGV[2], ARGV[3]
-local staged = ARGV[22] == "staged"
-local function refuse(reply)
-  if staged then redis.call("DEL", KEYS[3]) end
-  return reply
-end
-local cur = redis.call("HMGET", rec, "rev", "own", "sn", "so", "agent", "phase", "dig", "segs")
+local rec, key = KEYS[1], ARGV[2]
+local cur = redis.call("HMGET", rec, "rev", "own", "sn", "so", "agent", "phase")
 local rev = cur[1]
-local merged
-if mode == "append" then
-  if not rev or rev ~= ARGV[5] or not cur[7] or cur[7] ~= ARGV[20] or not cur[8] then
-    return {"stale"}
-  end
-  if tonumber(cur[8]) >= tonumber(ARGV[21]) then
-    local parts, kept = redis.call("LRANGE", segs, 0, -1), {}
-    if #parts ~= tonumber(cur[8]) then return {"stale"} end
-    for _, s in ipairs(parts) do if s ~= "" then kept[#kept + 1] = s end end
-    merged = table.concat(kept, ",")
-  end
-else
-  if rev and ARGV[4] == "1" then return refuse({"exists", rev}) end
-  if ARGV[5] ~= "" and rev ~= ARGV[5] then return refuse({"revision", rev}) end
-end
+if rev and ARGV[3] == "1" then return {"exists", rev} end
+if ARGV[4] ~= "" and rev ~= ARGV[4] then return {"revision", rev} end
 local function opt(s) if s == "" then return false end return string.sub(s, 2) end
-local owner, agent, phase, iter = opt(ARGV[9]), opt(ARGV[10]), opt(ARGV[11]), opt(ARGV[15])
-if cur[2] and owner and owner ~= cur[2] then return refuse({"owner", cur[2]}) end
+local owner, agent, phase, iter = opt(ARGV[8]), opt(ARGV[9]), opt(ARGV[10]), opt(ARGV[14])
+if cur[2] and owner and owner ~= cur[2] then return {"owner", cur[2]} end
 owner = cur[2] or owner
 if rev then
   unindex(cur, key)
   redis.call("DEL", rec)
 end
+redis.call("DEL", KEYS[2])
 -- A live record's revision goes up by one; a new key (or one deleted or expired) takes the
 -- store's counter, which every write moves on and which so stays at or above every revision
 -- issued: a key never repeats a revision it had.
@@ -94,45 +65,16 @@ if rev then
   newrev = tonumber(rev) + 1
   if newrev > seq then redis.call("SET", base .. "rev", newrev) end  -- a store from before
 end
-local sn, so = ARGV[7], ARGV[8]
-local f = {"sn", sn, "so", so, "run", ARGV[12], "at", ARGV[13], "msgs", ARGV[14],
-  "rev", string.format("%d", newrev)}
-if mode == "save" then
-  redis.call("DEL", segs)
-  table.insert(f, "body"); table.insert(f, ARGV[6])
-  table.insert(f, "size"); table.insert(f, string.len(ARGV[6]))
-else
-  local count = 1
-  if merged then
-    redis.call("DEL", segs)
-    redis.call("RPUSH", segs, merged, ARGV[17])
-    count = 2
-  elseif mode == "append" then
-    redis.call("RPUSH", segs, ARGV[17])
-    count = tonumber(cur[8]) + 1
-  elseif staged then
-    redis.call("RENAME", KEYS[3], segs)  -- replaces any older list; the element is not copied
-  else
-    redis.call("DEL", segs)
-    redis.call("RPUSH", segs, ARGV[17])
-  end
-  table.insert(f, "head"); table.insert(f, ARGV[6])
-  table.insert(f, "dig"); table.insert(f, ARGV[18])
-  table.insert(f, "segs"); table.insert(f, string.format("%d", count))
-  table.insert(f, "size"); table.insert(f, ARGV[19])
-end
+local sn, so = ARGV[6], ARGV[7]
+local f = {"sn", sn, "so", so, "run", ARGV[11], "at", ARGV[12], "msgs", ARGV[13],
+  "rev", string.format("%d", newrev), "body", ARGV[5], "size", ARGV[16]}
 if owner then table.insert(f, "own"); table.insert(f, owner) end
 if agent then table.insert(f, "agent"); table.insert(f, agent) end
 if phase then table.insert(f, "phase"); table.insert(f, phase) end
 if iter then table.insert(f, "iter"); table.insert(f, iter) end
 redis.call("HSET", rec, unpack(f))
-local ttl = tonumber(ARGV[16])
-if ttl > 0 then
-  redis.call("PEXPIRE", rec, ttl)
-  if mode ~= "save" then redis.call("PEXPIRE", segs, ttl) end
-elseif mode ~= "save" then
-  redis.call("PERSIST", segs)  -- no expiry: not the staging list's, nor one kept from before
-end
+local ttl = tonumber(ARGV[15])
+if ttl > 0 then redis.call("PEXPIRE", rec, ttl) end
 local n = sn .. ":" .. key
 redis.call("ZADD", base .. "new", 0, n)
 redis.call("ZADD", base .. "old", 0, so .. ":" .. key)
@@ -144,7 +86,8 @@ return {"ok", newrev, owner}
 """
 )
 
-# KEYS: record hash, segment list. ARGV: base, key, expected revision ("" none).
+# KEYS: record hash, segment list (a record from before: see WRITE). ARGV: base, key, expected
+# revision ("" none).
 DROP = (
     _UNINDEX
     + """

@@ -109,8 +109,12 @@ def resets_and_refusals(loop: WriterLoop, proxy: FaultProxy, *, between: int, af
     loop.acked_after(between)
 
 
-def assert_nothing_acknowledged_was_lost(loop: WriterLoop, reader: Store, backend: str) -> None:
-    """Every acknowledged write reads back, and every failure is ``backend``'s save error."""
+def assert_nothing_acknowledged_was_lost(
+    loop: WriterLoop, reader: Store, backend: str, *, operations: tuple[str, ...] = ("save",)
+) -> None:
+    """Every acknowledged write reads back, and every failure is ``backend``'s error of one of
+    the ``operations`` a put makes (over the store's segment layer, a put of a key it has not
+    written reads the record it replaces first: ``load``)."""
     assert loop.acked
     for key, text in loop.acked.items():
         got = reader.get(key)
@@ -118,5 +122,5 @@ def assert_nothing_acknowledged_was_lost(loop: WriterLoop, reader: Store, backen
         assert got.history[0].content == f"{text} 0"
     for exc in loop.failed:
         assert isinstance(exc, BackendUnavailableError), repr(exc)
-        assert str(exc).startswith(f"{backend} save failed")
-        assert (exc.backend, exc.operation) == (backend, "save")
+        assert exc.backend == backend and exc.operation in operations, repr(exc)
+        assert str(exc).startswith(f"{backend} {exc.operation} failed")
