@@ -29,7 +29,6 @@ from agent_checkpoint import Store, open_store
 from agent_checkpoint._segments import Segmented
 from agent_checkpoint.model import RunCheckpoint
 
-
 _S3: list[Any] = []  # the run's SeaweedFS and its client, started on first use
 
 

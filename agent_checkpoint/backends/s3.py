@@ -282,6 +282,7 @@ class S3Backend:
                 sibling = S3Backend(self.client, self.bucket, prefix,
                                     create_bucket=self._bucket.create, region=self._bucket.region,
                                     _namespace=True)  # fmt: skip
+                sibling._bucket.checked = self._bucket.checked  # the same bucket: seen once
                 self._siblings[name] = sibling
             return sibling
 

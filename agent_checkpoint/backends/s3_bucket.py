@@ -100,7 +100,7 @@ class Bucket:
         self.owns_client = owns_client
         self.closed = False
         self._probe_prefix = probe
-        self._checked = False
+        self.checked = False  # the bucket was seen (``check``)
         self._check_lock = threading.Lock()
         self._lock = threading.Lock()  # guards the pools, ``_cleaning`` and ``closed``
         self._pool: ThreadPoolExecutor | None = None
@@ -291,10 +291,10 @@ class Bucket:
         of one key: it reaches the bucket the way object requests do, and needs what HeadBucket
         needs (s3:ListBucket). A 403 (a policy scoped to the prefix) proves nothing: with
         ``create`` the create is tried anyway, and a 403 to it is no answer either."""
-        if self._checked:
+        if self.checked:
             return
         with self._check_lock, self.translate(operation):
-            if self._checked:
+            if self.checked:
                 return
             try:
                 self._probe()
@@ -302,7 +302,7 @@ class Bucket:
                 if error_status(exc) == 403:
                     if self.create:  # no wait after it: a listing cannot tell here either
                         self._create_bucket(denied_is_fine=True)
-                    self._checked = True
+                    self.checked = True
                     return
                 if error_status(exc) != 404:
                     raise
@@ -315,7 +315,7 @@ class Bucket:
                     ) from exc
                 self._create_bucket()
                 self._await_bucket()
-            self._checked = True
+            self.checked = True
 
     def _probe(self) -> None:
         self.client.list_objects_v2(Bucket=self.name, Prefix=self._probe_prefix, MaxKeys=1)
