@@ -13,8 +13,8 @@ A name over ``BUDGET`` characters is cut and ends in ``~`` plus a hash, since Se
 path segments over 255 bytes; listing orders such keys by their real keys. ``<position>``
 counts down as ``savedAt`` grows, so name order is newest first, ties by key, and a keyset
 cursor is a start-after name. ``<tags>`` hash owner, agent and failure phase, so filters skip
-entries unread. The header holds the key, the summary and a random write token. Growing histories are the
-store's segment layer's (``_segments.py``): to these backends its records are opaque bytes.
+entries unread. The header holds the key, the summary and a random write token. Growing
+histories are the store's segment layer's (``_segments.py``): its records are opaque bytes.
 
 Stores written before that kept a long history's older content in objects
 ``segments/<name>/<id>``, which the header lists as ``segs`` (``[[id, size], ...]``, oldest
