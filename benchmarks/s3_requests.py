@@ -1,7 +1,8 @@
 """S3 requests per store operation, counted on the boto3 client (as ``tests/test_s3_segments.py``
 counts them) against a SeaweedFS server started here. Prints a markdown table: requests by kind
 for a first put, a later full put, an append, a get (by the writer and by another process),
-a listing page, and a delete. Background deletes (what a write supersedes) are counted too,
+a listing page, a delete, and a get of a longer history (60 messages of 1 KB, which the store
+keeps partly in pieces). Background deletes (what a write supersedes) are counted too,
 after ``flush()``, in their own column.
 
     .venv/bin/python benchmarks/s3_requests.py
@@ -65,8 +66,10 @@ def describe(calls: list[str]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "none"
 
 
-def history(n: int) -> tuple[Message, ...]:
-    return tuple(Message(("user", "assistant")[i % 2], f"message {i}") for i in range(n))
+def history(n: int, pad: int = 0) -> tuple[Message, ...]:
+    return tuple(
+        Message(("user", "assistant")[i % 2], f"message {i} " + "x" * pad) for i in range(n)
+    )
 
 
 def measure(server: S3Server) -> list[tuple[str, list[str], list[str]]]:
@@ -130,6 +133,10 @@ def measure(server: S3Server) -> list[tuple[str, list[str], list[str]]]:
         backend.flush()
         row("list page (limit 20 of 33)", lambda: store.list(limit=20))
         row("delete", lambda: store.delete("c"))
+        for n in range(1, 61):
+            store.put(base.evolve(history=history(n, 1000)), key="long")
+        backend.flush()
+        row("get of 60 KB of history (another process)", lambda: other.get("long"))
         store.close()
         other.close()
     finally:

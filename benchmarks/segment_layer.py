@@ -2,12 +2,12 @@
 
 Issue 14 keeps a backend's own primitive for growing histories only where the generic path
 (``_segments.Segmented`` over the five record operations) costs more per put. This measures,
-on Redis and PostgreSQL (the machine's servers) and the memory backend, both paths side by
-side: checkpointing after every message to N messages (total seconds, and the last tenth's
+on Redis and PostgreSQL (the machine's servers), S3 (a SeaweedFS started here), fsspec's
+memory filesystem and the memory backend, both paths side by side: checkpointing after every message to N messages (total seconds, and the last tenth's
 seconds per put against the first tenth's: flat is ~1), then a get of the N-message
 checkpoint (median of 20). Alternating rounds; medians of ``--rounds``.
 
-    .venv/bin/python benchmarks/segment_layer.py [--n 1000] [--rounds 3] [--only redis]
+    .venv/bin/python benchmarks/segment_layer.py [--n 1000] [--rounds 3] [--only redis,s3]
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -28,11 +29,36 @@ from agent_checkpoint import Store, open_store
 from agent_checkpoint._segments import Segmented
 from agent_checkpoint.model import RunCheckpoint
 
+_S3: list[Any] = []  # the run's SeaweedFS and its client, started on first use
 
-def _open(backend: str) -> tuple[Store, Callable[[], None]]:
+
+def _open(backend: str, cleanup: servers.Cleanup) -> tuple[Store, Callable[[], None]]:
     if backend == "memory":
         store = open_store("memory://")
         return store, store.close
+    if backend == "s3":
+        if not _S3:
+            server = servers.start_s3(cleanup)
+            _S3.extend((server, server.client()))
+            cleanup.add("close the S3 client", _S3[1].close)
+        client, bucket = _S3[1], servers.unique("seg-")
+        client.create_bucket(Bucket=bucket)
+        store = open_store(f"s3://{bucket}/p", client=client)
+
+        def drop_bucket() -> None:
+            store.close()
+            servers.s3_drop_bucket(client, bucket)
+
+        return store, drop_bucket
+    if backend == "fsspec":
+        root = "/" + servers.unique("seg-")
+        store = open_store(f"fsspec+memory://{root}")
+
+        def drop_root() -> None:
+            store.close()
+            servers.fsspec_drop(servers.memory_fs(), root)
+
+        return store, drop_root
     if backend == "redis":
         prefix = servers.unique("seg-")
         store = open_store(f"{servers.REDIS_URL}?prefix={prefix}")
@@ -86,11 +112,19 @@ def main() -> None:
     history = ours(conversation(args.n))
     print("| backend | path | puts to N, s | last/first tenth | get, ms |")
     print("|---|---|---|---|---|")
+    cleanup = servers.Cleanup()
+    try:
+        _run(args, history, cleanup)
+    finally:
+        cleanup.run()
+
+
+def _run(args: argparse.Namespace, history: list[object], cleanup: servers.Cleanup) -> None:
     for backend in args.only.split(","):
         rows: dict[str, list[tuple[float, float, float]]] = {"own": [], "segment layer": []}
         for _ in range(args.rounds):
             for path in rows:
-                store, clean = _open(backend)
+                store, clean = _open(backend, cleanup)
                 try:
                     if path == "segment layer" and not isinstance(store._records, Segmented):
                         options = {} if args.inline is None else {"inline_bytes": args.inline}

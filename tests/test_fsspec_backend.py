@@ -1,5 +1,6 @@
 """The fsspec backend on fsspec's memory filesystem (``fsspec+memory://``): the conformance
-suite, listing at scale, hostile keys, index repair, and driver errors translated."""
+suite (growing histories through the store's segment layer), listing at scale, hostile keys,
+index repair, driver errors translated, and stores an earlier version wrote in segments."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ import orjson
 import pytest
 
 from agent_checkpoint import Store, open_store
+from agent_checkpoint._segments import PIECES, Layout, Segmented
+from agent_checkpoint.backends.base import Query, Record, Summary
 from agent_checkpoint.backends.fsspec import FsspecBackend
 from agent_checkpoint.backends.memory import MemoryBackend
-from agent_checkpoint.backends.objects import key_name
+from agent_checkpoint.backends.objects import fields_of, key_name
 from agent_checkpoint.errors import (
     BackendError,
     BackendUnavailableError,
@@ -26,12 +29,13 @@ from agent_checkpoint.errors import (
     UnreadableEnvelopeError,
 )
 from agent_checkpoint.maintenance import verify_store
-from agent_checkpoint.model import Message
+from agent_checkpoint.model import Message, now_ms
 from agent_checkpoint.store import RetryPolicy
 from agent_checkpoint.testing import (
     AppendingConformance,
     ClaimsConformance,
     EncryptionConformance,
+    GrowingHistoryConformance,
     StoreConformance,
     checkpoint,
     stamped,
@@ -61,10 +65,22 @@ def store(root: str) -> Iterator[Store]:
         yield opened
 
 
-class TestFsspecMemoryStore(
-    StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance
-):
+class TestFsspecMemoryStore(StoreConformance, ClaimsConformance, EncryptionConformance):
     pass
+
+
+class TestFsspecStoreInPieces(GrowingHistoryConformance, AppendingConformance):
+    """The segment layer with its thresholds at their lowest: every put past the first moves
+    history into pieces in the ``segments`` namespace, and merges them."""
+
+    @pytest.fixture
+    def store(self, root: str) -> Iterator[Store]:
+        with in_pieces(FsspecBackend(MEMORY, root)) as opened:
+            yield opened
+
+
+def in_pieces(backend: FsspecBackend, max_segments: int = 4) -> Store:
+    return Store(Segmented(backend, inline_bytes=0, max_segments=max_segments))
 
 
 def test_fsspec_prefix_reaches_fsspec_memory_and_plain_memory_stays_ours(root: str) -> None:
@@ -173,7 +189,7 @@ def test_hostile_keys_and_filters_are_plain_strings_that_stay_under_the_root(roo
         assert sorted(s.key for s in store.list(limit=100)) == sorted(HOSTILE)
         assert store.list(owner="%").items == [] and store.list(agent_id=".*").items == []
         made = set(MEMORY.find("/")) - before
-        ours = (f"{root}/records/", f"{root}/index/", f"{root}/segments/", f"{neighbour}/")
+        ours = (f"{root}/records/", f"{root}/index/", f"{root}/_segments/", f"{neighbour}/")
         assert made and all(path.startswith(ours) for path in made)
         for key in HOSTILE:
             assert store.delete(key) is True
@@ -236,19 +252,7 @@ def test_filesystem_errors_become_the_library_errors(
     assert caught.value.__cause__ is error
 
 
-# -- growing histories in segments -------------------------------------------------------------
-
-
-def files_under(root: str, folder: str) -> dict[str, bytes]:
-    prefix = f"{root}/{folder}/"
-    return {p: bytes(f.getvalue()) for p, f in MEMORY.store.items() if p.startswith(prefix)}
-
-
-def listed_segments(root: str, key: str) -> set[str]:
-    """The segment objects the record of ``key`` lists in its header."""
-    data = MEMORY.cat_file(f"{root}/records/{key_name(key)}")
-    fields = orjson.loads(data.partition(b"\n")[0])
-    return {f"{root}/segments/{key_name(key)}/{sid}" for sid, _ in fields.get("segs", [])}
+# -- growing histories: the store's segment layer over this backend -------------------------
 
 
 def grown(n: int) -> list[tuple[Message, ...]]:
@@ -256,6 +260,25 @@ def grown(n: int) -> list[tuple[Message, ...]]:
     for i in range(n):
         history = (*history, Message(("user", "assistant")[i % 2], f"message {i} " + "x" * i))
         out.append(history)
+    return out
+
+
+def plain(ckpt: Any, saved_at: int) -> bytes:
+    """What a whole write stores."""
+    return orjson.dumps({"format": "conversation-v1", "data": ckpt.to_json(), "savedAt": saved_at})
+
+
+def live_pieces(backend: FsspecBackend) -> set[str]:
+    return {s.key for s in backend.namespace(PIECES).scan(Query(limit=10_000))}
+
+
+def referenced(backend: FsspecBackend, *keys: str) -> set[str]:
+    """The pieces the layout records of ``keys`` name."""
+    out: set[str] = set()
+    for key in keys:
+        record = backend.load(key)
+        layout = Layout.unpack(record.body) if record else None
+        out |= {f"{key}#{piece}" for piece, _ in (layout.pieces if layout else ())}
     return out
 
 
@@ -269,118 +292,168 @@ def test_a_growing_history_writes_only_its_new_messages_and_reads_back_exactly(
         writes.append((path, len(value)))
         original(path, value, **kwargs)
 
-    store = open_store(f"fsspec+memory://{root}")
+    backend = FsspecBackend(MEMORY, root)
+    store = in_pieces(backend)
     base = checkpoint("grow", principal="p")
     try:
         for i, history in enumerate(grown(80)):
             ckpt = base.evolve(history=history, last_completed_iteration=i)
+            before = referenced(backend, "g")
             writes.clear()
             MEMORY.pipe_file = pipe_file  # type: ignore[method-assign]
             try:
                 summary = store.put(ckpt, key="g")
             finally:
                 MEMORY.pipe_file = original  # type: ignore[method-assign]
-            plain = orjson.dumps(  # what a whole write stores
-                {"format": "conversation-v1", "data": ckpt.to_json(), "savedAt": summary.saved_at}
-            )
             got = store.get_record("g")
-            assert got is not None and got.body == plain and got.summary == summary
-            assert summary.size == len(plain) and store.get("g") == ckpt
-            if i > 0:  # an append: the new message, perhaps a merge, a small head
-                segment_writes = [n for p, n in writes if "/segments/" in p]
-                new_message = len(orjson.dumps(history[-1].to_json()))
-                assert new_message in segment_writes and len(segment_writes) <= 2
-                [head] = [n for p, n in writes if "/records/" in p]
+            assert got is not None and got.body == plain(ckpt, summary.saved_at)
+            assert got.summary == summary and store.get("g") == ckpt
+            if i > 0:  # an append: one new piece (the new message, perhaps merged), a small head
+                [new] = referenced(backend, "g") - before
+                path = f"{root}/_segments/records/{key_name(new)}"
+                [piece] = [n for p, n in writes if p == path]
+                assert piece > len(orjson.dumps(history[-1].to_json()))
+                [head] = [n for p, n in writes if p.startswith(f"{root}/records/")]
                 assert head < 1500
-        assert 1 < len(listed_segments(root, "g")) <= FsspecBackend.max_segments
-        assert set(files_under(root, "segments")) == listed_segments(root, "g")
+        assert 1 < len(referenced(backend, "g")) <= 4
+        assert live_pieces(backend) == referenced(backend, "g")
         assert [s.key for s in store.list()] == ["g"]
     finally:
         store.close()
 
 
-def test_merges_deletes_and_whole_writes_leave_no_segment_behind(root: str) -> None:
+def test_merges_deletes_and_whole_writes_leave_no_piece_behind(root: str) -> None:
     backend = FsspecBackend(MEMORY, root)
-    backend.max_segments = 3
-    store = Store(backend)
+    store = in_pieces(backend, max_segments=3)
     base = checkpoint("g")
     for key in ("a", "b"):
         for history in grown(12):
             store.put(base.evolve(history=history), key=key)
-            assert len(listed_segments(root, key)) <= 3
-    assert set(files_under(root, "segments")) == listed_segments(root, "a") | listed_segments(
-        root, "b"
-    )
+            assert len(referenced(backend, key)) <= 3
+    assert live_pieces(backend) == referenced(backend, "a", "b")
     record = store.get_record("a")
     assert record is not None
     store.put_record(record)  # a whole write, as copy and migrate do
     assert store.get_record("a").body == record.body  # type: ignore[union-attr]
-    assert set(files_under(root, "segments")) == listed_segments(root, "b")
+    assert live_pieces(backend) == referenced(backend, "b")
     assert store.delete("b") is True
-    assert files_under(root, "segments") == {}
+    assert live_pieces(backend) == set()
     assert store.get("b") is None and store.get_record("a").body == record.body  # type: ignore[union-attr]
 
 
 def test_readers_never_see_a_torn_history_while_a_writer_merges(root: str) -> None:
-    backend = FsspecBackend(MEMORY, root)
-    backend.max_segments = 2
-    writer, reader = Store(backend), Store(FsspecBackend(MEMORY, root))
+    writer, reader = (
+        in_pieces(FsspecBackend(MEMORY, root), 2),
+        open_store(f"fsspec+memory://{root}"),
+    )
     assert read_while_growing(writer, reader) > 3
 
 
-def test_verify_counts_orphaned_segments_and_repair_removes_only_them(root: str) -> None:
-    store = open_store(f"fsspec+memory://{root}")
+def test_verify_counts_orphaned_pieces_and_repair_removes_only_them(root: str) -> None:
+    backend = FsspecBackend(MEMORY, root)
+    store = in_pieces(backend)
     for history in grown(5):
         store.put(checkpoint("g").evolve(history=history), key="g")
-    kept = listed_segments(root, "g")
-    # as if a writer had died between writing its segment and its record
-    orphans = {f"{root}/segments/{key_name('g')}/00000000deadbeef",
-               f"{root}/segments/{key_name('gone')}/00000000feedface"}  # fmt: skip
-    for path in orphans:
-        MEMORY.pipe_file(path, b'{"role":"user","content":"x"}')
+    kept = referenced(backend, "g")
+    # as if a writer had died between writing its piece and its record
+    orphans = {"g#00000000deadbeef", "gone#00000000feedface"}
+    for key in orphans:
+        summary = Summary(key, key, now_ms(), None, None, None, None, 0, 0, 0)
+        backend.namespace(PIECES).save(Record(summary, b'{"role":"user","content":"x"}'))
     assert verify_store(store).orphans == 0  # within the grace period: maybe a write in flight
     report = verify_store(store, grace=0)
     assert report.orphans == 2 and report.ok  # garbage, not lost data
     assert verify_store(store, repair=True, grace=0).orphans == 2
-    assert set(files_under(root, "segments")) == kept
+    assert live_pieces(backend) == kept
     assert verify_store(store, grace=0).orphans == 0
     got = store.get("g")
     assert got is not None and got.history == grown(5)[-1]
 
 
-def test_a_lost_segment_reads_as_unreadable_not_as_absent(root: str) -> None:
-    store = open_store(f"fsspec+memory://{root}")
+def test_a_lost_piece_reads_as_unreadable_not_as_absent(root: str) -> None:
+    backend = FsspecBackend(MEMORY, root)
+    store = in_pieces(backend)
     for history in grown(3):
         store.put(checkpoint("g").evolve(history=history), key="g")
-    MEMORY.rm_file(sorted(listed_segments(root, "g"))[0])
-    with pytest.raises(UnreadableEnvelopeError):  # another process's store reads storage
+    backend.namespace(PIECES).drop(sorted(referenced(backend, "g"))[0])
+    with pytest.raises(UnreadableEnvelopeError):
         open_store(f"fsspec+memory://{root}").get("g")
     assert [s.key for s in store.list()] == ["g"]  # still there, for an operator to look at
 
 
-def test_a_get_after_its_own_puts_reads_no_segment(root: str) -> None:
-    """The segments a backend wrote last are still in its memory (ids are never reused): a get
-    through the writing store reads only the record; another store reads every segment, and
-    both read the same bytes."""
-    requested: list[str] = []
+def test_a_get_reads_the_pieces_of_a_record_in_one_call(root: str) -> None:
+    requested: list[list[str]] = []
     original = MEMORY.cat
 
     def cat(path: Any, *args: Any, **kwargs: Any) -> Any:
-        requested.extend(path if isinstance(path, list) else [path])
+        requested.append(path if isinstance(path, list) else [path])
         return original(path, *args, **kwargs)
 
-    writer = open_store(f"fsspec+memory://{root}")
-    for history in grown(40):  # appends, merges at max_segments (32)
+    backend = FsspecBackend(MEMORY, root)
+    writer = in_pieces(backend)
+    for history in grown(10):
         writer.put(checkpoint("g").evolve(history=history), key="g")
+    pieces = referenced(backend, "g")
+    assert len(pieces) > 1
     MEMORY.cat = cat  # type: ignore[method-assign]
     try:
-        mine = writer.get_record("g")
-        assert [p for p in requested if "/segments/" in p] == []
-        theirs = open_store(f"fsspec+memory://{root}").get_record("g")
-        assert set(p for p in requested if "/segments/" in p) == listed_segments(root, "g")
+        got = open_store(f"fsspec+memory://{root}").get("g")
     finally:
         MEMORY.cat = original  # type: ignore[method-assign]
-    assert mine is not None and theirs is not None and mine.body == theirs.body
+    [call] = [paths for paths in requested if any("/_segments/" in p for p in paths)]
+    assert len(call) == len(pieces)
+    assert got is not None and got.history == grown(10)[-1]
+
+
+# -- stores an earlier version wrote: histories in segment objects ------------------------
+
+
+def test_a_record_an_earlier_version_kept_in_segments_reads_and_is_replaced_and_dropped(
+    root: str,
+) -> None:
+    """Laid out by hand as the previous version wrote a grown history: a record object whose
+    header lists ``segs`` and holds the head, and one object ``segments/<name>/<id>`` each."""
+    ckpt = checkpoint("old", principal="p").evolve(history=grown(3)[-1])
+    whole = plain(ckpt, 1000)
+    head, gap, tail = whole.partition(b'"history":[')
+    contents = tail[: tail.index(b"]")]
+    messages = [orjson.dumps(m.to_json()) for m in ckpt.history]
+    assert b",".join(messages) == contents
+    name, token = key_name("k"), "0123456789abcdef"
+    summary = Summary("k", ckpt.run_id, 1000, "p", None, None, None, 3, len(whole), 3)
+    sids = ["00000000000000a1", "00000000000000a2"]
+    parts = [b",".join(messages[:2]), messages[2]]
+    for sid, part in zip(sids, parts, strict=True):
+        MEMORY.pipe_file(f"{root}/segments/{name}/{sid}", part)
+    fields = {"key": "k", **fields_of(summary, token), "dig": "x",
+              "segs": [[sid, len(part)] for sid, part in zip(sids, parts, strict=True)]}  # fmt: skip
+    body = head + gap + b"\x00" + tail[tail.index(b"]") :]
+    MEMORY.pipe_file(f"{root}/records/{name}", orjson.dumps(fields) + b"\n" + body)
+    backend = FsspecBackend(MEMORY, root)
+    MEMORY.pipe_file(backend._layout.entry_path(summary, name, token), b"")
+
+    store = Store(backend)
+    got = store.get_record("k")
+    assert got is not None and got.body == whole and got.summary == summary
+    assert store.get("k") == ckpt and [s.key for s in store.list()] == ["k"]
+    assert backend.load_many(["k", "none"]) == [got, None]
+    assert store.put(ckpt.evolve(last_completed_iteration=9), key="k").revision == 4
+    assert files_under(root, "segments") == {}  # the write over it took its segments along
+    got = store.get("k")
+    assert got is not None and got.last_completed_iteration == 9
+
+    for sid, part in zip(sids, parts, strict=True):  # again, then dropped
+        MEMORY.pipe_file(f"{root}/segments/{name}/{sid}", part)
+    fields["rev"] = 5
+    MEMORY.pipe_file(f"{root}/records/{name}", orjson.dumps(fields) + b"\n" + body)
+    assert store.get_record("k").body == whole  # type: ignore[union-attr]
+    assert store.delete("k") is True and store.get("k") is None
+    assert files_under(root, "segments") == {}
+
+
+def files_under(root: str, folder: str) -> dict[str, bytes]:
+    prefix = f"{root}/{folder}/"
+    return {p: bytes(f.getvalue()) for p, f in MEMORY.store.items() if p.startswith(prefix)}
 
 
 def test_a_store_on_a_filesystem_with_folders_makes_them(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from support.seaweed import (
 )
 
 from agent_checkpoint import Store, open_store
+from agent_checkpoint._segments import Segmented
 from agent_checkpoint.backends.s3 import S3Backend
 from agent_checkpoint.errors import (
     BackendError,
@@ -43,6 +44,7 @@ from agent_checkpoint.testing import (
     AppendingConformance,
     ClaimsConformance,
     EncryptionConformance,
+    GrowingHistoryConformance,
     StoreConformance,
     checkpoint,
     stamped,
@@ -76,8 +78,19 @@ def store(client: Any, prefix: str) -> Iterator[Store]:
         yield opened
 
 
-class TestS3Store(StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance):
+class TestS3Store(StoreConformance, ClaimsConformance, EncryptionConformance):
     pass
+
+
+class TestS3StoreInPieces(GrowingHistoryConformance, AppendingConformance):
+    """The segment layer with its thresholds at their lowest: every put past the first moves
+    history into pieces in the ``segments`` namespace, and merges them."""
+
+    @pytest.fixture
+    def store(self, client: Any, prefix: str) -> Iterator[Store]:
+        backend = S3Backend(client, BUCKET, prefix)
+        with Store(Segmented(backend, inline_bytes=0, max_segments=4)) as opened:
+            yield opened
 
 
 # -- opening -------------------------------------------------------------------------------
@@ -460,12 +473,12 @@ def test_repair_rebuilds_a_deleted_index(client: Any, prefix: str) -> None:
         purge(client, BUCKET, f"{prefix}/index/")
         assert store.list().items == []
         backend: S3Backend = store.backend  # type: ignore[assignment]
-        assert backend.verify() == {"records": 30, "missing": 30, "stale": 0, "orphans": 0}
+        assert backend.verify() == {"records": 30, "missing": 30, "stale": 0}
         report = verify_store(store, repair=True)  # what `verify --repair` runs
         assert sorted(report.unlisted) == sorted(expected) and report.repaired == 30
         assert [s.key for s in store.list(limit=100)] == expected
         assert [s.key for s in store.list(owner="p1", limit=100)] == expected[1::3]
-        assert backend.verify() == {"records": 30, "missing": 0, "stale": 0, "orphans": 0}
+        assert backend.verify() == {"records": 30, "missing": 0, "stale": 0}
 
 
 # -- faults between client and server ---------------------------------------------------------
@@ -506,11 +519,13 @@ def test_an_exhausted_retry_budget_raises_the_library_error_with_the_driver_caus
     with proxied_store(s3_server, proxy, prefix, retry=brief) as store:
         store.put(checkpoint(), key="before")
         calls: list[tuple[str, Callable[[], object]]] = [
-            ("save", lambda: store.put(checkpoint(), key="during")),
+            ("save", lambda: store.put(checkpoint(), key="during", create_only=True)),
             ("load", lambda: store.get("before")),
             ("head", lambda: store.head("before")),
             ("scan", lambda: store.list()),
-            ("drop", lambda: store.delete("before")),
+            # the segment layer reads the record it drops first (which pieces it holds)
+            ("load", lambda: store.delete("before")),
+            ("drop", lambda: store.backend.drop("before")),  # type: ignore[attr-defined]
         ]
         with proxy.refusing():
             for operation, call in calls:

@@ -9,13 +9,9 @@ within one process (fsspec's memory filesystem is per process anyway), not betwe
 which ``conditional_writes_across_processes = False`` declares. A record is one ``pipe_file``:
 atomic where the filesystem's uploads are (object stores), not necessarily on a folder.
 
-A growing history is kept as S3 keeps it (``Appending``, see ``segments.py``): the record holds
-the head and lists its segments, each an object ``segments/<name>/<id>`` written before the
-record that refers to it, so a put that extends the previous revision writes the new messages
-and a small head instead of the whole history. Ids are never reused: a reader that raced a
-write and misses a segment reads the record again, and a backend reads the segments it wrote
-last from memory. Segments a write supersedes are deleted after it; ones a crashed writer left
-are found by ``collect_orphans``.
+Growing histories are the store's segment layer's (``_segments.py``): its pieces are records
+in the ``segments`` namespace, and ``load_many`` reads a record's pieces with one ``cat``
+(concurrent on the async filesystems).
 """
 
 from __future__ import annotations
@@ -23,35 +19,31 @@ from __future__ import annotations
 import bisect
 import secrets
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import suppress
-from datetime import datetime
 from typing import Any
 
 import orjson
 
 from ..errors import BackendError, ConflictError, InvalidKeyError, MissingDependencyError
-from .base import Record, Summary, plan_save, translate_errors
+from .base import Closable, Query, Record, Summary, plan_save, translate_errors
 from .objects import (
     PEEK,
     TRANSIENT,
     Current,
     Entry,
-    ObjectLayout,
-    RecentSegments,
-    extends,
+    Layout,
     fields_of,
     grave_fields,
     is_grave,
     key_name,
+    legacy,
     next_revision,
     reserved_root,
     segments_of,
 )
-from .segments import Split, assemble, merge, merge_start, plan_append, plan_split
 
-READS = 8  # a read that misses a segment a racing write deleted reads the record again
+READS = 8  # a read that misses a legacy segment a racing write deleted reads again
 _LOCKS: dict[tuple[str, str], threading.RLock] = {}
 _LOCKS_GUARD = threading.Lock()
 
@@ -63,25 +55,20 @@ def _lock_for(fs: Any, root: str) -> threading.RLock:
         return _LOCKS.setdefault((protocol, root), threading.RLock())
 
 
-class FsspecBackend(ObjectLayout):
+class FsspecBackend(Closable):
     name = "fsspec"
     conditional_writes_across_processes = False
-    max_segments = 32
-    recent_segment_bytes = 4 << 20
-    """How many bytes of the segments it wrote last a backend keeps, so that reading them
-    back (a get, a merge) needs no request."""
 
     def __init__(self, fs: Any, root: str, *, _namespace: bool = False) -> None:
         self.fs = fs
         self.root = root.rstrip("/")
         if not _namespace:
             reserved_root("fsspec", self.root)
-        self._records = f"{self.root}/records/"
-        self._index = f"{self.root}/index/"
-        self._segments = f"{self.root}/segments/"
+        self._layout = Layout.under(self.name, self.root + "/")
+        self._records = self._layout.records
+        self._index = self._layout.index
         self._lock = _lock_for(fs, self.root)
         self._siblings: dict[str, FsspecBackend] = {}
-        self._recent = RecentSegments(self.recent_segment_bytes)
 
     @classmethod
     def from_url(cls, url: str, *, fs: Any = None, **storage_options: Any) -> FsspecBackend:
@@ -113,118 +100,59 @@ class FsspecBackend(ObjectLayout):
         current = self._fetch_many([key_name(key)], "head")[0]
         return current.summary if current is not None else None
 
-    def _save(
-        self,
-        record: Record,
-        split: Split | None,
-        expect_revision: int | None,
-        create_only: bool,
+    def load_many(self, keys: Sequence[str]) -> list[Record | None]:
+        names = [key_name(key) for key in keys]
+        with self._translate("load"):
+            found = self.fs.cat([self._records + name for name in names], on_error="return")
+        out: list[Record | None] = []
+        for name in names:
+            data = found.get(self._records + name) if isinstance(found, dict) else found
+            if isinstance(data, FileNotFoundError) or data is None:
+                out.append(None)
+                continue
+            if isinstance(data, BaseException):
+                with self._translate("load"):
+                    raise data
+            fields, body = self._layout.split(data, self._records + name, "load")
+            if segments_of(fields) is not None:  # a record in legacy segment objects
+                out.append(self._load(name, "load"))
+                continue
+            summary = self._layout.summary_of(fields, name, "load")
+            out.append(None if summary is None else Record(summary, body))
+        return out
+
+    def save(
+        self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
     ) -> Summary:
         name = key_name(record.key)
         with self._lock:
             fields = self._headers([name], "save")[0]
-            current = self._summary_of(fields, name, "save")
-            summary = (plan_save if split is None else plan_split)(
-                current,
+            summary = plan_save(
+                self._layout.summary_of(fields, name, "save"),
                 record,
                 expect_revision=expect_revision,
                 create_only=create_only,
                 revision=next_revision(fields),
             )
-            if split is None:
-                self._commit(name, record.key, summary, record.body, {}, fields, [])
-                return summary
-            uploads = [(secrets.token_hex(8), split.segment)] if split.segment else []
-            segs = [[sid, len(data)] for sid, data in uploads]
-            extra = {"dig": split.digest, "segs": segs}
-            self._commit(name, record.key, summary, split.head, extra, fields, uploads)
+            token = secrets.token_hex(8)
+            entry = self._layout.entry_path(summary, name, token)
+            header = orjson.dumps({"key": record.key, **fields_of(summary, token)}) + b"\n"
+            try:
+                with self._translate("save"):
+                    self._pipe({entry: b""})  # the entry first: a record never misses it
+                    self._pipe({self._records + name: header + record.body})
+            except BaseException:
+                self._forget([entry])  # nothing refers to it: the record was not written
+                raise
+            self._forget(self._layout.superseded(name, fields))
             return summary
-
-    def append(
-        self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
-    ) -> Summary | None:
-        name = key_name(summary.key)
-        with self._lock:
-            fields = self._headers([name], "append")[0]
-            if fields is None or not extends(fields, base_revision, base_digest):
-                return None
-            segs = segments_of(fields) or []
-            current = self._summary_of(fields, name, "append")
-            planned = plan_append(
-                current, summary, base_revision=base_revision, revision=next_revision(fields)
-            )
-            uploads: list[tuple[str, bytes]] = []
-            if split.segment:
-                if len(segs) + 1 > self.max_segments:
-                    start = merge_start([int(size) for _, size in segs], self.max_segments)
-                    parts = self._read_segments(name, segs[start:], "append")
-                    if parts is None:  # a segment is lost: a full write heals the record
-                        return None
-                    joined = merge(parts)
-                    uploads.append((secrets.token_hex(8), joined))
-                    segs = [*segs[:start], [uploads[-1][0], len(joined)]]
-                uploads.append((secrets.token_hex(8), split.segment))
-                segs = [*segs, [uploads[-1][0], len(split.segment)]]
-            extra = {"dig": split.digest, "segs": segs}
-            self._commit(name, summary.key, planned, split.head, extra, fields, uploads)
-            return planned
-
-    def _commit(
-        self,
-        name: str,
-        key: str,
-        summary: Summary,
-        body: bytes,
-        extra: dict[str, Any],
-        previous: dict[str, Any] | None,
-        uploads: list[tuple[str, bytes]],
-    ) -> None:
-        """Write the segments and the index entry, then the record (the commit point), then
-        delete what the record replaced: its entry and the segments it no longer lists."""
-        token = secrets.token_hex(8)
-        entry = self._entry_path(summary, name, token)
-        header = orjson.dumps({"key": key, **fields_of(summary, token), **extra}) + b"\n"
-        first = {self._segment_path(name, sid): data for sid, data in uploads}
-        first[entry] = b""
-        try:
-            with self._translate("save"):
-                self._pipe(first)
-                self._pipe({self._records + name: header + body})
-        except BaseException:
-            self._forget(list(first))  # nothing refers to them: the record was not written
-            raise
-        kept = {sid for sid, _ in extra.get("segs", [])}
-        for sid, data in uploads:
-            if sid in kept:
-                self._recent.add(self._segment_path(name, sid), data)
-        if previous is not None:
-            self._forget(self._superseded(name, previous, kept))
-
-    def collect_orphans(self, *, delete: bool = False, grace: float = 300.0) -> int:
-        """Segment objects no record lists (a writer died between writing a segment and its
-        record), older than ``grace`` seconds where the filesystem reports a time."""
-        with self._lock:
-            with self._translate("verify"):
-                try:
-                    found = self.fs.find(self._segments.rstrip("/"), detail=True)
-                except FileNotFoundError:
-                    found = {}
-            cutoff = time.time() - grace
-            old = [str(path) for path, info in found.items()
-                   if (moment := _modified(info)) is None or moment <= cutoff]  # fmt: skip
-            orphans = self._unlisted(old, lambda names: self._headers(names, "verify"))
-            if delete:
-                with self._translate("verify"):
-                    for path in orphans:
-                        self.fs.rm_file(path)
-            return len(orphans)
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         name = key_name(key)
         with self._lock:
             fields = self._headers([name], "drop")[0]
             live = fields is not None and not is_grave(fields)
-            current = self._current(fields, name, "drop") if fields and live else None
+            current = self._layout.current(fields, name, "drop") if fields and live else None
             if current is None or fields is None:
                 if expect_revision is not None:
                     raise ConflictError(f"key {key!r} does not exist", key=key)
@@ -237,8 +165,11 @@ class FsspecBackend(ObjectLayout):
             grave = grave_fields(found, secrets.token_hex(8))
             with self._translate("drop"):
                 self._pipe({self._records + name: orjson.dumps(grave) + b"\n"})
-            self._forget(self._superseded(name, fields, set()))
+            self._forget(self._layout.superseded(name, fields))
             return True
+
+    def scan(self, query: Query) -> list[Summary]:
+        return self._layout.scan(query, self._entries, lambda n: self._fetch_many(n, "scan"))
 
     def verify(self, *, repair: bool = False) -> dict[str, int]:
         """Compare the index with the records; with ``repair``, write missing entries and
@@ -247,7 +178,7 @@ class FsspecBackend(ObjectLayout):
             names = [path.rsplit("/", 1)[1] for path in self._ls(self._records, "verify")]
             currents = self._fetch_many(names, "verify")
             expected = {
-                self._entry_path(c.summary, n, c.token)
+                self._layout.entry_path(c.summary, n, c.token)
                 for n, c in zip(names, currents, strict=True)
                 if c is not None
             }
@@ -292,19 +223,22 @@ class FsspecBackend(ObjectLayout):
                     data = self.fs.cat_file(path)
                 except FileNotFoundError:
                     return None
-            fields, body = self._split(data, path, operation)
+            fields, body = self._layout.split(data, path, operation)
             if is_grave(fields):
                 return None
-            record = Record(self._current(fields, name, operation).summary, body)
+            record = Record(self._layout.current(fields, name, operation).summary, body)
             segs = segments_of(fields)
             if segs is None:
                 return record
-            parts = self._read_segments(name, segs, operation)
-            if parts is not None:
-                return Record(record.summary, assemble(body, parts))
-            # A segment is gone: a write that replaced the record since deletes the ones it no
-            # longer lists. If the record is still the one read, it was lost: the head alone
-            # does not decode, so the record reads as unreadable, not as absent.
+            paths = [self._layout.segment_path(name, str(sid)) for sid, _ in segs]
+            with self._translate(operation):
+                found = self.fs.cat(paths, on_error="return")
+            parts = [found.get(p) if isinstance(found, dict) else found for p in paths]
+            held = [part for part in parts if isinstance(part, bytes)]
+            if len(held) == len(parts):
+                return Record(record.summary, legacy(fields, body, held))
+            # A segment is gone: a write that replaced the record since deleted it. If the
+            # record is still the one read, it was lost: the head alone reads as unreadable.
             again = self._headers([name], operation)[0]
             if again is None or is_grave(again):
                 return None
@@ -315,29 +249,6 @@ class FsspecBackend(ObjectLayout):
             backend=self.name,
             operation=operation,
         )
-
-    def _read_segments(self, name: str, segs: list[Any], operation: str) -> list[bytes] | None:
-        """The segments' bytes, in order; ``None`` if one is missing. Those this backend wrote
-        last come from memory (ids are never reused)."""
-        paths = [self._segment_path(name, str(sid)) for sid, _ in segs]
-        held = {path: self._recent.get(path) for path in paths}
-        unread = [path for path, data in held.items() if data is None]
-        found: Any = {}
-        if unread:
-            with self._translate(operation):
-                found = self.fs.cat(unread, on_error="return")
-        parts: list[bytes] = []
-        for path in paths:
-            part = held[path]
-            if part is None:
-                part = found.get(path) if isinstance(found, dict) else found
-            if isinstance(part, FileNotFoundError) or part is None:
-                return None
-            if isinstance(part, BaseException):
-                with self._translate(operation):
-                    raise part
-            parts.append(part)
-        return parts
 
     def _ls(self, folder: str, operation: str) -> list[str]:
         with self._translate(operation):
@@ -350,13 +261,15 @@ class FsspecBackend(ObjectLayout):
         # fsspec has no start-after: the folder is listed whole, then cut
         names = sorted(path.rsplit("/", 1)[1] for path in self._ls(self._index, "scan"))
         for name in names[bisect.bisect_right(names, start) :]:
-            entry = self._parse(name)
+            entry = self._layout.parse(name)
             if entry is not None:
                 yield entry
 
     def _fetch_many(self, names: Sequence[str], operation: str) -> list[Current | None]:
         return [
-            None if fields is None or is_grave(fields) else self._current(fields, name, operation)
+            None
+            if fields is None or is_grave(fields)
+            else self._layout.current(fields, name, operation)
             for name, fields in zip(names, self._headers(names, operation), strict=True)
         ]
 
@@ -379,7 +292,7 @@ class FsspecBackend(ObjectLayout):
             if b"\n" not in peek and len(peek) >= PEEK:
                 with self._translate(operation):
                     peek = self.fs.cat_file(path)
-            out.append(self._split(peek, path, operation)[0])
+            out.append(self._layout.split(peek, path, operation)[0])
         return out
 
     def _pipe(self, objects: dict[str, bytes]) -> None:
@@ -395,21 +308,9 @@ class FsspecBackend(ObjectLayout):
 
     def _forget(self, paths: Sequence[str]) -> None:
         """Best effort: a leftover entry is skipped by listing and removed by ``verify``."""
-        self._recent.discard(paths)
         for path in paths:
             with suppress(Exception):
                 self.fs.rm_file(path)
 
     def _translate(self, operation: str) -> Any:
         return translate_errors(self.name, operation, transient=TRANSIENT, fatal=(Exception,))
-
-
-def _modified(info: dict[str, Any]) -> float | None:
-    """When an object was last written, as fsspec's drivers report it (their keys differ)."""
-    for key in ("mtime", "created", "LastModified", "updated", "last_modified"):
-        value = info.get(key)
-        if isinstance(value, int | float):
-            return float(value)
-        if isinstance(value, datetime):
-            return value.timestamp()
-    return None

@@ -4,8 +4,8 @@ Layout under the store's root::
 
     records/<name>                          JSON header line, newline, the stored bytes
     index/<position>_<name>!<token>.<tags>  an empty object per record, for listing
-    segments/<name>/<id>                    a piece of a growing history (``segments.py``)
-    _<namespace>/                           the same again for the Store's bookkeeping
+    _<namespace>/                           the same again for the Store's own records
+                                            (claims; the pieces of long histories)
 
 ``<name>`` is the key's UTF-8 in lowercase base32hex, which keeps byte order (names sort as
 keys do) and holds no character a filesystem or S3 could reinterpret (``..``, ``/``, ``%``).
@@ -13,10 +13,13 @@ A name over ``BUDGET`` characters is cut and ends in ``~`` plus a hash, since Se
 path segments over 255 bytes; listing orders such keys by their real keys. ``<position>``
 counts down as ``savedAt`` grows, so name order is newest first, ties by key, and a keyset
 cursor is a start-after name. ``<tags>`` hash owner, agent and failure phase, so filters skip
-entries unread. The header holds the key, the summary and a random write token; a record kept
-in segments adds ``segs`` (``[[id, size], ...]``, oldest first) and ``dig`` (``segments.py``),
-and the S3 backend's ``inl``: that many of the object's last bytes are history content held in
-the record itself, the newest, after every listed segment's (absent: none).
+entries unread. The header holds the key, the summary and a random write token. Growing
+histories are the store's segment layer's (``_segments.py``): its records are opaque bytes.
+
+Stores written before that kept a long history's older content in objects
+``segments/<name>/<id>``, which the header lists as ``segs`` (``[[id, size], ...]``, oldest
+first), with the newest ``inl`` bytes of the body (S3) held inline after the head. Such a
+record still loads assembled (``legacy``), and a write or drop over it deletes its segments.
 
 A save writes its new index entry, then the record (the commit point), then deletes the
 previous entry. An entry counts only while its record carries its token, so a crash leaves at
@@ -33,20 +36,17 @@ next record continues past every revision it had; reads and listings treat it as
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import itertools
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from ..codec import join_parts
 from ..errors import BackendError, InvalidKeyError
-from .base import Closable, Query, Record, Summary, is_after, matches
-from .segments import Split
+from .base import Query, Summary, is_after, matches
 
 WIDTH = 17
 OFFSET = 10_000_000_000_000_000  # savedAt from -OFFSET up to 9 * OFFSET fits WIDTH digits
@@ -79,36 +79,6 @@ class Entry:
     def group(self) -> str | None:
         """Cut names sharing position and stem sort by hash: they are ordered as one unit."""
         return None if HASHED not in self.name else f"{self.position}:{stem(self.name)}"
-
-
-class RecentSegments:
-    """The bytes of the segments this backend committed last, up to ``limit`` bytes, so that
-    a read or a merge takes the newest segments without reading them back. Segment ids are never
-    reused, so a cached segment never goes stale; it leaves when its object is deleted."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._held: OrderedDict[str, bytes] = OrderedDict()
-        self._size = 0
-        self._lock = threading.Lock()
-
-    def add(self, path: str, data: bytes) -> None:
-        if len(data) > self.limit:
-            return
-        with self._lock:
-            self._size += len(data) - len(self._held.pop(path, b""))
-            self._held[path] = data
-            while self._size > self.limit:
-                self._size -= len(self._held.popitem(last=False)[1])
-
-    def get(self, path: str) -> bytes | None:
-        with self._lock:
-            return self._held.get(path)
-
-    def discard(self, paths: Iterable[str]) -> None:
-        with self._lock:
-            for path in paths:
-                self._size -= len(self._held.pop(path, b""))
 
 
 def reserved_root(backend: str, root: str) -> None:
@@ -183,18 +153,18 @@ def next_revision(fields: dict[str, Any] | None) -> int:
 
 
 def segments_of(fields: dict[str, Any]) -> list[list[Any]] | None:
-    """``[[id, size], ...]`` of a record stored in segments; ``None`` for a whole one."""
+    """``[[id, size], ...]`` of a record an earlier version stored in segment objects."""
     segs = fields.get("segs")
     return segs if isinstance(segs, list) else None
 
 
-def extends(fields: dict[str, Any], revision: int, digest: str) -> bool:
-    """Whether the record with header ``fields`` is the segmented one an append extends."""
-    return (
-        segments_of(fields) is not None
-        and fields.get("rev") == revision
-        and fields.get("dig") == digest
-    )
+def legacy(fields: dict[str, Any], body: bytes, segments: Sequence[bytes]) -> bytes:
+    """The bytes of a record an earlier version stored in ``segments``: its head (``body``
+    less the ``inl`` bytes of newest history it held inline) with the history joined in."""
+    inline = fields.get("inl")
+    cut = inline if isinstance(inline, int) and 0 < inline <= len(body) else 0
+    parts = [*segments, body[len(body) - cut :]]
+    return join_parts(body[: len(body) - cut], b",".join(part for part in parts if part))
 
 
 def _units(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
@@ -213,7 +183,8 @@ def _units(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
 
 class Layout:
     """Where a store's objects live under its root, and how their names and headers read:
-    the paths of records, index entries and segments, and listing through the index (``scan``),
+    the paths of records, index entries and legacy segments, and listing through the index
+    (``scan``),
     given how to list entries and read records (the backend's I/O)."""
 
     def __init__(self, backend: str, records: str, index: str, segments: str) -> None:
@@ -280,37 +251,14 @@ class Layout:
             )
         return fields, body
 
-    def superseded(self, name: str, fields: dict[str, Any] | None, kept: set[str]) -> list[str]:
+    def superseded(self, name: str, fields: dict[str, Any] | None) -> list[str]:
         """What a write that replaced the record with header ``fields`` leaves behind: its
-        index entry and the segments the new record does not list (ids are never reused, so
-        no later record can refer to them)."""
+        index entry and the segment objects an earlier version listed in it."""
         if fields is None or is_grave(fields):
             return []
         current = self.current(fields, name, "save")
         paths = [self.entry_path(current.summary, name, current.token)]
-        paths += [self.segment_path(name, str(sid)) for sid, _ in segments_of(fields) or []
-                  if sid not in kept]  # fmt: skip
-        return paths
-
-    def unlisted(
-        self,
-        paths: Sequence[str],
-        headers: Callable[[list[str]], list[dict[str, Any] | None]],
-    ) -> list[str]:
-        """The segment objects among ``paths`` that their record does not list, ``headers``
-        reading the records' header fields by name."""
-        by_name: dict[str, list[str]] = {}
-        for path in paths:
-            name, slash, _ = path[len(self.segments) :].rpartition("/")
-            if slash:
-                by_name.setdefault(name, []).append(path)
-        owners = list(by_name)
-        orphans: list[str] = []
-        for name, fields in zip(owners, headers(owners), strict=True):
-            segs = segments_of(fields) if fields is not None else None
-            kept = {self.segment_path(name, str(sid)) for sid, _ in segs or []}
-            orphans.extend(path for path in by_name[name] if path not in kept)
-        return sorted(orphans)
+        return paths + [self.segment_path(name, str(sid)) for sid, _ in segments_of(fields) or []]
 
     def scan(
         self,
@@ -370,81 +318,3 @@ def _collect(
                         return out
         batch = []
     return out
-
-
-class ObjectLayout(Closable):
-    """The fsspec backend's base: ``Layout``'s methods under the names that backend calls.
-    The subclass sets ``_records``, ``_index`` and ``_segments`` (path prefixes ending in
-    ``/``) and provides ``_save``, ``_entries`` and ``_fetch_many``."""
-
-    name: str
-    _records: str
-    _index: str
-    _segments: str
-
-    @functools.cached_property
-    def _layout(self) -> Layout:
-        return Layout(self.name, self._records, self._index, self._segments)
-
-    def save(
-        self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
-    ) -> Summary:
-        return self._save(record, None, expect_revision, create_only)
-
-    def save_split(
-        self,
-        record: Record,
-        split: Split,
-        *,
-        expect_revision: int | None = None,
-        create_only: bool = False,
-    ) -> Summary:
-        """``save`` of a record kept as a head plus segment objects (``segments.py``)."""
-        return self._save(record, split, expect_revision, create_only)
-
-    def _save(
-        self, record: Record, split: Split | None, expect_revision: int | None, create_only: bool
-    ) -> Summary:
-        raise NotImplementedError
-
-    def _entries(self, start: str) -> Iterator[Entry]:
-        """Index entries in name order, strictly after the name ``start``."""
-        raise NotImplementedError
-
-    def _fetch_many(self, names: Sequence[str], operation: str) -> list[Current | None]:
-        raise NotImplementedError
-
-    def _segment_path(self, name: str, sid: str) -> str:
-        return self._layout.segment_path(name, sid)
-
-    def _summary_of(
-        self, fields: dict[str, Any] | None, name: str, operation: str
-    ) -> Summary | None:
-        return self._layout.summary_of(fields, name, operation)
-
-    def _superseded(self, name: str, fields: dict[str, Any] | None, kept: set[str]) -> list[str]:
-        return self._layout.superseded(name, fields, kept)
-
-    def _unlisted(
-        self,
-        paths: Sequence[str],
-        headers: Callable[[list[str]], list[dict[str, Any] | None]],
-    ) -> list[str]:
-        return self._layout.unlisted(paths, headers)
-
-    def _entry_path(self, summary: Summary, name: str, token: str) -> str:
-        return self._layout.entry_path(summary, name, token)
-
-    def _parse(self, entry: str) -> Entry | None:
-        return self._layout.parse(entry)
-
-    def _current(
-        self, fields: dict[str, Any], name: str, operation: str, etag: str = ""
-    ) -> Current:
-        return self._layout.current(fields, name, operation, etag)
-
-    def _split(self, data: bytes, path: str, operation: str) -> tuple[dict[str, Any], bytes]:
-        return self._layout.split(data, path, operation)
-
-    def scan(self, query: Query) -> list[Summary]:
-        return self._layout.scan(query, self._entries, lambda n: self._fetch_many(n, "scan"))

@@ -3,7 +3,7 @@
 Where the fsspec backend takes a lock, this one uses S3's conditional writes, so they hold
 between processes. A save writes its new index entry, then PUTs the record with
 ``If-None-Match: *`` (new key) or ``If-Match: <etag>`` (the commit point), then hands the
-previous entry (and any segment no longer referred to) to a background thread to delete
+previous entry (and any segment object of an earlier version) to a background thread to delete
 (``flush`` waits for it, and so do ``close`` and ``verify``). No read comes first when the
 backend remembers the key's last write (its header and ETag), nor for a key it does not know,
 which it writes as new; a lost condition (412, or 404 where AWS answers that for a key deleted
@@ -14,18 +14,16 @@ mirrored into object metadata (when it fits AWS's 2 KB), so ``head`` is one HEAD
 listing a page is one LIST plus a HEAD per entry, in parallel, to keep only entries whose
 record still carries their token.
 
-A growing history (``Appending``) keeps its newest messages in the record object itself, after
-the head, up to ``inline_bytes``: an append rewrites the record with them and uploads no
-segment until they outgrow that, when they move into one segment object (uploaded with the
-index entry, before the commit). A record's segments stay under ``max_segments`` by merging the
-newest of them. Drop writes a tombstone over the record read (``If-Match``).
+Growing histories are the store's segment layer's (``_segments.py``): its pieces are records
+in the ``segments`` namespace, and ``load_many`` reads a record's pieces in one parallel wave
+of GETs. Drop writes a tombstone over the record read (``If-Match``).
 
 ``verify(repair=True)`` leaves entries younger than ``grace`` seconds alone: they may belong
 to a save in flight, whose entry is written before its record.
 
 The parts: ``s3_bucket.py`` (``Bucket``: the client, requests, conditional PUTs, background
 deletes), ``s3_records.py`` (``Records``: reading records, remembering the last writes),
-``s3_writes.py`` (``Write``: one write's uploads and commit).
+``s3_writes.py`` (``Write``: one write's index entry and commit).
 """
 
 from __future__ import annotations
@@ -45,7 +43,6 @@ from .objects import Entry, Layout, grave_fields, is_grave, key_name, next_revis
 from .s3_bucket import NAME, Bucket, connect
 from .s3_records import Known, Records, pack
 from .s3_writes import Write
-from .segments import Split, merge, merge_start, plan_append, plan_split
 from .url_options import flag, refuse_unknown
 
 RACES = 32
@@ -61,13 +58,6 @@ bytes twice."""
 class S3Backend:
     name = NAME
     conditional_writes_across_processes = True
-    max_segments = 32
-    recent_segment_bytes = 4 << 20
-    """How many bytes of the segments it wrote last a backend keeps, so that merging them
-    (once a record holds ``max_segments``) needs no read."""
-    inline_bytes = 8 << 10
-    """How many bytes of the newest history content a record object holds itself, after its
-    head: an append that stays under this rewrites the record and uploads no segment."""
 
     def __init__(
         self,
@@ -91,7 +81,7 @@ class S3Backend:
         self._layout = Layout.under(NAME, self.prefix + "/" if parts else "")
         self._bucket = Bucket(client, bucket, self._layout.records, create=create_bucket,
                               region=region, owns_client=owns_client)  # fmt: skip
-        self._records = Records(self._bucket, self._layout, self.recent_segment_bytes)
+        self._records = Records(self._bucket, self._layout)
         self._siblings: dict[str, S3Backend] = {}
         self._lock = threading.Lock()
 
@@ -143,46 +133,25 @@ class S3Backend:
         current = self._records.fetch(key_name(key), "head")
         return current.summary if current is not None else None
 
+    def load_many(self, keys: Sequence[str]) -> list[Record | None]:
+        self._check("load")
+        return self._bucket.map(lambda key: self._records.load(key_name(key), "load"), keys)
+
     def save(
         self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
     ) -> Summary:
-        return self._save(record, None, expect_revision, create_only)
-
-    def save_split(
-        self,
-        record: Record,
-        split: Split,
-        *,
-        expect_revision: int | None = None,
-        create_only: bool = False,
-    ) -> Summary:
-        return self._save(record, split, expect_revision, create_only)
-
-    def _save(
-        self,
-        record: Record,
-        split: Split | None,
-        expect_revision: int | None,
-        create_only: bool,
-    ) -> Summary:
         self._check("save")
         key, name = record.key, key_name(record.key)
-        head = record.body if split is None else split.head
         current, verified = self._records.recall(name), False
         # unknown, it is guessed new: If-None-Match refuses an existing key, and costs no read
-        guess = expect_revision is None and len(head) <= GUESS_BYTES
-        if current is None and not guess:
+        if current is None and (expect_revision is not None or len(record.body) > GUESS_BYTES):
             current, verified = self._records.header(name, "save"), True
         write = Write(self._records, name)
         try:
-            segs: list[list[Any]] = []
-            inline = split.segment if split is not None else b""
-            if len(inline) > self.inline_bytes:
-                segs, inline = [[write.upload(inline), len(inline)]], b""
             for _ in range(RACES):
                 fields = current.fields if current else None
                 try:
-                    summary = (plan_save if split is None else plan_split)(
+                    summary = plan_save(
                         self._layout.summary_of(fields, name, "save"),
                         record,
                         expect_revision=expect_revision,
@@ -195,70 +164,12 @@ class S3Backend:
                     # refused by a guess or a memory: only what is stored may refuse a write
                     current, verified = self._records.header(name, "save"), True
                     continue
-                extra = {} if split is None else {"dig": split.digest, "segs": segs}
-                if write.commit(key, summary, head, extra, current, inline):
+                if write.commit(key, summary, record.body, current):
                     return summary
                 current, verified = self._records.header(name, "save"), True
         finally:
             write.close()
         raise ConflictError(f"key {key!r} changed under {RACES} attempts to write it", key=key)
-
-    def append(
-        self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
-    ) -> Summary | None:
-        self._check("append")
-        name = key_name(summary.key)
-        current = self._records.recall(name)
-        if current is None or not current.extends(base_revision, base_digest):
-            current = self._records.header(name, "append", inline=True)
-        write = Write(self._records, name)
-        try:
-            for _ in range(RACES):
-                if current is None or not current.extends(base_revision, base_digest):
-                    return None
-                if current.inline is None:  # its inline content was not read: read it
-                    current = self._records.header(name, "append", inline=True)
-                    continue
-                planned = plan_append(
-                    self._layout.summary_of(current.fields, name, "append"),
-                    summary,
-                    base_revision=base_revision,
-                    revision=next_revision(current.fields),
-                )
-                segs = list(current.segments or [])
-                inline = merge([current.inline, split.segment])
-                if len(inline) > self.inline_bytes:  # the inline content becomes a segment
-                    if len(segs) + 1 > self.max_segments:
-                        merged = self._merge(name, segs, write)
-                        if merged is None:  # a segment is gone: re-read, or let a full write heal
-                            again = self._records.header(name, "append", inline=True)
-                            if again is None or again.etag == current.etag:
-                                return None
-                            current = again
-                            continue
-                        segs = merged
-                    segs.append([write.upload(inline, attempt=True), len(inline)])
-                    inline = b""
-                extra = {"dig": split.digest, "segs": segs}
-                if write.commit(summary.key, planned, split.head, extra, current, inline):
-                    return planned
-                write.discard_attempt()
-                current = self._records.header(name, "append", inline=True)
-        finally:
-            write.close()
-        raise ConflictError(
-            f"key {summary.key!r} changed under {RACES} attempts to append to it", key=summary.key
-        )
-
-    def _merge(self, name: str, segs: list[list[Any]], write: Write) -> list[list[Any]] | None:
-        """``segs`` with its newest segments joined into one new object (uploaded with the
-        commit), so that one more fits under ``max_segments``; ``None`` if one is gone."""
-        start = merge_start([int(size) for _, size in segs], self.max_segments)
-        parts = self._records.read_segments(name, [sid for sid, _ in segs[start:]], "append")
-        if any(part is None for part in parts):
-            return None
-        joined = merge([part for part in parts if part is not None])
-        return [*segs[:start], [write.upload(joined, attempt=True), len(joined)]]
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         self._check("drop")
@@ -291,15 +202,16 @@ class S3Backend:
         return self._layout.current(known.fields, name, "drop").summary.revision
 
     def _bury(self, name: str, revision: int, current: Known) -> bool:
-        """Replace exactly the record read (``If-Match``) with a tombstone, so that its
-        segments go with it, never those of one committed meanwhile; ``False`` if it changed."""
+        """Replace exactly the record read (``If-Match``) with a tombstone, so that its entry
+        (and an earlier version's segments) go with it, never those of one committed
+        meanwhile; ``False`` if it changed."""
         grave = grave_fields(revision, secrets.token_hex(8))
         etag = self._bucket.put_if(self._layout.record_path(name), orjson.dumps(grave) + b"\n",
                                    "drop", etag=current.etag, metadata={"ac": pack(grave)})  # fmt: skip
         self._records.forget(name)
         if etag is None:
             return False
-        self._records.delete_later(self._layout.superseded(name, current.fields, set()))
+        self._records.delete_later(self._layout.superseded(name, current.fields))
         return True
 
     def scan(self, query: Query) -> list[Summary]:
@@ -317,15 +229,10 @@ class S3Backend:
 
     def verify(self, *, repair: bool = False, grace: float = 300.0) -> dict[str, int]:
         """Compare the index with the records; with ``repair``, write missing entries and
-        delete stale ones older than ``grace`` seconds. Segment objects no record refers to
-        (left by a writer that died before its record's PUT) count as ``orphans``; ``repair``
-        deletes those older than ``grace`` too."""
+        delete stale ones older than ``grace`` seconds."""
         self._check("verify")
         self.flush()  # what this process's writes left behind is not stale, only queued
         layout, bucket = self._layout, self._bucket
-        # segments are listed before the records are read: a segment written after its
-        # record was read is young, and ``grace`` spares it
-        segments, _ = bucket.list_all(layout.segments, "verify")
         records, _ = bucket.list_all(layout.records, "verify")
         names = [path[len(layout.records) :] for path, _ in records]
         currents = self._records.fetch_many(names, "verify")
@@ -338,33 +245,11 @@ class S3Backend:
         missing = sorted(expected - {path for path, _ in entries})
         cutoff = now - timedelta(seconds=grace)
         stale = [path for path, modified in entries if path not in expected and modified <= cutoff]
-        orphans = self._orphans([path for path, modified in segments if modified <= cutoff])
         if repair:
             bucket.put_many([(path, b"") for path in missing], "verify")
             bucket.delete(stale, "verify")
-            bucket.delete(orphans, "verify")
         count = sum(c is not None for c in currents)
-        return {"records": count, "missing": len(missing), "stale": len(stale),
-                "orphans": len(orphans)}  # fmt: skip
-
-    def collect_orphans(self, *, delete: bool = False, grace: float = 300.0) -> int:
-        self._check("verify")
-        self.flush()
-        segments, now = self._bucket.list_all(self._layout.segments, "verify")
-        cutoff = now - timedelta(seconds=grace)
-        orphans = self._orphans([path for path, modified in segments if modified <= cutoff])
-        if delete:
-            self._bucket.delete(orphans, "verify")
-        return len(orphans)
-
-    def _orphans(self, paths: Sequence[str]) -> list[str]:
-        """The segment objects among ``paths`` that their record does not refer to."""
-
-        def headers(names: list[str]) -> list[dict[str, Any] | None]:
-            knowns = self._bucket.map(lambda n: self._records.header(n, "verify"), names)
-            return [known.fields if known else None for known in knowns]
-
-        return self._layout.unlisted(paths, headers)
+        return {"records": count, "missing": len(missing), "stale": len(stale)}
 
     def iter_records(self) -> Iterator[Record]:
         """Every record, read from the records themselves, not through the index."""
@@ -382,7 +267,7 @@ class S3Backend:
 
     def flush(self) -> None:
         """Wait for the deletes that earlier writes left to the background (the index entries
-        and segments a commit superseded, a lost attempt's uploads); ``close`` waits too."""
+        a commit superseded, a lost attempt's entry); ``close`` waits too."""
         self._bucket.flush()
         with self._lock:
             siblings = list(self._siblings.values())
@@ -397,6 +282,7 @@ class S3Backend:
                 sibling = S3Backend(self.client, self.bucket, prefix,
                                     create_bucket=self._bucket.create, region=self._bucket.region,
                                     _namespace=True)  # fmt: skip
+                sibling._bucket.checked = self._bucket.checked  # the same bucket: seen once
                 self._siblings[name] = sibling
             return sibling
 

@@ -100,11 +100,11 @@ class Bucket:
         self.owns_client = owns_client
         self.closed = False
         self._probe_prefix = probe
-        self._checked = False
+        self.checked = False  # the bucket was seen (``check``)
         self._check_lock = threading.Lock()
         self._lock = threading.Lock()  # guards the pools, ``_cleaning`` and ``closed``
         self._pool: ThreadPoolExecutor | None = None
-        self._segment_pool: ThreadPoolExecutor | None = None
+        self._nested_pool: ThreadPoolExecutor | None = None
         self._janitor: ThreadPoolExecutor | None = None  # deletes what writes left behind
         self._cleaning: set[Future[None]] = set()
 
@@ -210,27 +210,27 @@ class Bucket:
 
     # -- threads ----------------------------------------------------------------------------
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T], *, segments: bool = False) -> list[R]:
-        """``fn`` over ``items`` in parallel; ``segments``: on a pool of their own, since loads
-        run on the other one (a load waiting there on its own pool could wait forever). After
+    def map(self, fn: Callable[[T], R], items: Sequence[T], *, nested: bool = False) -> list[R]:
+        """``fn`` over ``items`` in parallel; ``nested``: from inside ``fn`` of another
+        ``map``, on a pool of its own (waiting on its own pool could wait forever). After
         ``close()`` items run one by one: no threads are left."""
         pool = None
         if len(items) > 1:
             with self._lock:
                 if not self.closed:
-                    pool = self._threads(segments)
+                    pool = self._threads(nested)
         if pool is None:
             return [fn(item) for item in items]
         return list(pool.map(fn, items))
 
-    def _threads(self, segments: bool) -> ThreadPoolExecutor:
+    def _threads(self, nested: bool) -> ThreadPoolExecutor:
         """The pool ``map`` runs on, made on first use (called under ``_lock``)."""
-        if segments:
-            if self._segment_pool is None:
-                self._segment_pool = ThreadPoolExecutor(
-                    16, thread_name_prefix="agent-checkpoint-s3-segments"
+        if nested:
+            if self._nested_pool is None:
+                self._nested_pool = ThreadPoolExecutor(
+                    16, thread_name_prefix="agent-checkpoint-s3-nested"
                 )
-            return self._segment_pool
+            return self._nested_pool
         if self._pool is None:
             self._pool = ThreadPoolExecutor(16, thread_name_prefix="agent-checkpoint-s3")
         return self._pool
@@ -276,7 +276,7 @@ class Bucket:
             if self.closed:
                 return
             self.closed = True
-            pools = [self._janitor, self._pool, self._segment_pool]  # the janitor drains first
+            pools = [self._janitor, self._pool, self._nested_pool]  # the janitor drains first
         for pool in pools:
             if pool is not None:
                 pool.shutdown(wait=True)
@@ -291,10 +291,10 @@ class Bucket:
         of one key: it reaches the bucket the way object requests do, and needs what HeadBucket
         needs (s3:ListBucket). A 403 (a policy scoped to the prefix) proves nothing: with
         ``create`` the create is tried anyway, and a 403 to it is no answer either."""
-        if self._checked:
+        if self.checked:
             return
         with self._check_lock, self.translate(operation):
-            if self._checked:
+            if self.checked:
                 return
             try:
                 self._probe()
@@ -302,7 +302,7 @@ class Bucket:
                 if error_status(exc) == 403:
                     if self.create:  # no wait after it: a listing cannot tell here either
                         self._create_bucket(denied_is_fine=True)
-                    self._checked = True
+                    self.checked = True
                     return
                 if error_status(exc) != 404:
                     raise
@@ -315,7 +315,7 @@ class Bucket:
                     ) from exc
                 self._create_bucket()
                 self._await_bucket()
-            self._checked = True
+            self.checked = True
 
     def _probe(self) -> None:
         self.client.list_objects_v2(Bucket=self.name, Prefix=self._probe_prefix, MaxKeys=1)

@@ -1,7 +1,7 @@
-"""The record objects of an S3 store, for ``S3Backend``: a record read whole with its segments
-(those written last come from memory), a record's header and ETag (from its metadata or its
-first bytes), and the header and ETag of the last write of each key, remembered so that the
-next write over it needs no read.
+"""The record objects of an S3 store, for ``S3Backend``: a record read whole (with the segment
+objects of one an earlier version stored in them), a record's header and ETag (from its
+metadata or its first bytes), and the header and ETag of the last write of each key,
+remembered so that the next write over it needs no read.
 """
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ import orjson
 
 from ..errors import BackendError
 from .base import Record
-from .objects import PEEK, Current, Layout, RecentSegments, extends, is_grave, segments_of
+from .objects import PEEK, Current, Layout, is_grave, legacy, segments_of
 from .s3_bucket import NAME, Bucket
-from .segments import assemble
 
 READS = 32
-"""Attempts to read a record while writers replace it (and delete its segments)."""
+"""Attempts to read a record in segment objects while writers replace it (and delete them)."""
 
 REMEMBERED = 256
 """Keys whose last write a backend remembers (header and ETag), to write again without a read."""
@@ -30,32 +29,10 @@ REMEMBERED = 256
 
 @dataclass(frozen=True)
 class Known:
-    """A record's header fields and ETag, as last written or read, and its inline history
-    content (``None`` if the record holds some that was not read)."""
+    """A record's header fields and ETag, as last written or read."""
 
     fields: dict[str, Any]
     etag: str
-    inline: bytes | None = b""
-
-    @property
-    def segments(self) -> list[list[Any]] | None:
-        return segments_of(self.fields)
-
-    def extends(self, revision: int, digest: str) -> bool:
-        return extends(self.fields, revision, digest)
-
-
-def inline_size(fields: dict[str, Any]) -> int:
-    """How many of a record object's last bytes are inline history content (``"inl"``): the
-    newest messages, which follow the content of every listed segment."""
-    size = fields.get("inl")
-    return size if isinstance(size, int) and size > 0 else 0
-
-
-def cut(fields: dict[str, Any], body: bytes) -> tuple[bytes, bytes]:
-    """A record object's bytes after its header line, as its head and its inline content."""
-    size = inline_size(fields)
-    return (body[:-size], body[-size:]) if size else (body, b"")
 
 
 def pack(fields: dict[str, Any]) -> str:
@@ -70,12 +47,11 @@ def unpack(packed: str) -> dict[str, Any]:
 
 class Records:
     """Reads of the records under ``layout`` in ``bucket``, and the memory of the last writes
-    (``remember``, ``recall``, ``forget``) and of the segments written last (``recent``)."""
+    (``remember``, ``recall``, ``forget``)."""
 
-    def __init__(self, bucket: Bucket, layout: Layout, recent_bytes: int) -> None:
+    def __init__(self, bucket: Bucket, layout: Layout) -> None:
         self.bucket = bucket
         self.layout = layout
-        self.recent = RecentSegments(recent_bytes)
         self._remembered: OrderedDict[str, Known] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -85,48 +61,29 @@ class Records:
             got = self.bucket.get(path, operation)
             if got is None:
                 return None
-            data, etag = got
-            fields, body = self.layout.split(data, path, operation)
+            fields, body = self.layout.split(got[0], path, operation)
             if is_grave(fields):
                 return None
             record = Record(self.layout.current(fields, name, operation).summary, body)
             segs = segments_of(fields)
             if segs is None:
                 return record
-            head, inline = cut(fields, body)
-            parts = self.read_segments(name, [sid for sid, _ in segs], operation)
+            paths = [self.layout.segment_path(name, str(sid)) for sid, _ in segs]
+            parts = self.bucket.map(lambda p: self.bucket.get(p, operation), paths, nested=True)
             if all(part is not None for part in parts):
-                held = [part for part in parts if part is not None]
-                return Record(record.summary, assemble(head, [*held, inline]))
-            # A segment is gone: a write that replaced this record since deletes the segments
-            # it no longer refers to. If the record is still the one read, it was lost: the
-            # head alone does not decode, so the record reads as unreadable, not as absent.
+                return Record(record.summary, legacy(fields, body, [p[0] for p in parts if p]))
+            # A segment is gone: a write that replaced this record since deleted it. If the
+            # record is still the one read, it was lost: the head alone reads as unreadable.
             again = self.known(name, operation)
-            if again is not None and again.etag == etag:
-                return record
             if again is None or is_grave(again.fields):
                 return None
+            if again.etag == got[1]:
+                return record
         raise BackendError(
             f"{NAME} record {name!r} changed under {READS} attempts to read it",
             backend=NAME,
             operation=operation,
         )
-
-    def read_segments(self, name: str, sids: list[str], operation: str) -> list[bytes | None]:
-        """The segments' bytes, in order (``None`` for one that is gone). Ids are never
-        reused, so those this backend wrote and still holds come from memory; the others are
-        fetched in parallel."""
-        paths = [self.layout.segment_path(name, sid) for sid in sids]
-        parts = [self.recent.get(path) for path in paths]
-        unread = [i for i, part in enumerate(parts) if part is None]
-
-        def fetch(i: int) -> bytes | None:
-            got = self.bucket.get(paths[i], operation)
-            return None if got is None else got[0]
-
-        for i, part in zip(unread, self.bucket.map(fetch, unread, segments=True), strict=True):
-            parts[i] = part
-        return parts
 
     def fetch(self, name: str, operation: str) -> Current | None:
         """The live record's summary, token and ETag: from its metadata, else its header."""
@@ -140,36 +97,24 @@ class Records:
 
     def known(self, name: str, operation: str) -> Known | None:
         """The record's header fields and ETag: from its metadata (one HEAD), else from its
-        header. Its inline content is not read."""
+        header."""
         got = self.bucket.head(self.layout.record_path(name), operation)
         if got is None:
             return None
         metadata, etag = got
         packed = metadata.get("ac")
-        if packed is None:
-            return self.header(name, operation)
-        return Known(unpack(packed), etag, None)
+        return Known(unpack(packed), etag) if packed is not None else self.header(name, operation)
 
-    def header(self, name: str, operation: str, *, inline: bool = False) -> Known | None:
+    def header(self, name: str, operation: str) -> Known | None:
         """The record's header and ETag, read from the object itself: one ranged GET, which
-        holds the whole of most records' heads. With ``inline``, its inline content too."""
+        holds the whole of most records' heads."""
         path = self.layout.record_path(name)
         got = self.bucket.get(path, operation, first=PEEK)
-        whole = got is not None and len(got[0]) < PEEK
-        if got is not None and not whole and b"\n" not in got[0]:
-            got, whole = self.bucket.get(path, operation), True  # a header longer than the peek
+        if got is not None and len(got[0]) >= PEEK and b"\n" not in got[0]:
+            got = self.bucket.get(path, operation)  # a header longer than the peek
         if got is None:
             return None
-        fields, body = self.layout.split(got[0], path, operation)
-        if whole or not inline_size(fields):
-            return Known(fields, got[1], cut(fields, body)[1])
-        if not inline:
-            return Known(fields, got[1], None)
-        got = self.bucket.get(path, operation)
-        if got is None:
-            return None
-        fields, body = self.layout.split(got[0], path, operation)
-        return Known(fields, got[1], cut(fields, body)[1])
+        return Known(self.layout.split(got[0], path, operation)[0], got[1])
 
     def remember(self, name: str, known: Known) -> None:
         with self._lock:
@@ -188,5 +133,4 @@ class Records:
 
     def delete_later(self, paths: Sequence[str]) -> None:
         """Delete objects no record refers to any more, in the background (``Bucket``)."""
-        self.recent.discard(paths)
         self.bucket.delete_later(paths)
