@@ -857,14 +857,8 @@ def test_past_the_segment_limit_every_put_reads_back_as_a_full_write(
     assert piece_rows(admin, schema) == 0
 
 
-def test_a_get_reads_all_pieces_of_a_history_in_one_statement(
-    store: Store, admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pieces = in_pieces(store)
-    ckpt = checkpoint("r", messages=8)
-    for i in range(1, 9):
-        pieces.put(ckpt.evolve(history=ckpt.history[:i]), key="k")
-    assert piece_rows(admin, schema) >= 3
+def statements_of(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The statements every session sends from now on (each one round trip)."""
     statements: list[bytes] = []
     execute = TimedConnection.execute
 
@@ -873,9 +867,33 @@ def test_a_get_reads_all_pieces_of_a_history_in_one_statement(
         return execute(conn, query, *args, **kwargs)
 
     monkeypatch.setattr(TimedConnection, "execute", counted)
+    return statements
+
+
+def test_a_get_reads_all_pieces_of_a_history_in_one_statement(
+    store: Store, admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pieces = in_pieces(store)
+    ckpt = checkpoint("r", messages=8)
+    for i in range(1, 9):
+        pieces.put(ckpt.evolve(history=ckpt.history[:i]), key="k")
+    assert piece_rows(admin, schema) >= 3
+    statements = statements_of(monkeypatch)
     assert store.get("k") == ckpt
     assert len(statements) == 2  # the layout record, then every piece at once
     assert b"ANY(" in statements[1]
+
+
+def test_a_put_of_one_more_message_is_one_statement(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = grow(store, 5)
+    statements = statements_of(monkeypatch)
+    grown = (*history, Message("assistant", "one more"))
+    store.put(checkpoint("r").evolve(history=grown), key="k")
+    assert len(statements) == 1  # the conditional write of the record, nothing read first
+    got = store.get("k")
+    assert got is not None and got.history == grown
 
 
 def test_load_many_answers_each_key_in_order(store: Store) -> None:
@@ -897,9 +915,13 @@ def test_a_record_stored_in_segments_by_an_older_version_reads_overwrites_and_dr
     assert record.summary.revision == 7 and record.summary.owner == "al"
     assert store.get("k") == ckpt
     assert postgres_of(store).load_many(["k"])[0] == record
-    # The next put (one more message) is a whole write: the old segment rows go with it.
+    # The next put (one more message) is a whole write: the old segment rows go with it;
+    # refused (on a revision it does not have), it leaves them.
     grown = ckpt.evolve(history=(*ckpt.history, Message("assistant", "one more")))
-    summary = store.put(grown, key="k")
+    with pytest.raises(ConflictError):
+        store.put(grown, key="k", if_revision=6)
+    assert legacy_rows(admin, schema) == 4 and store.get_record("k") == record
+    summary = store.put(grown, key="k", if_revision=7)
     assert summary.revision == 8 and legacy_rows(admin, schema) == 0
     assert stored_row(admin, schema, "k")[1:] == (None, None, None)
     assert store.get_record("k").body == whole_bytes(grown, summary.saved_at)  # type: ignore[union-attr]

@@ -20,6 +20,7 @@ import hashlib
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -195,32 +196,41 @@ class PostgresBackend(Closable):
         self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
     ) -> Summary:
         key = record.key
+        if create_only or expect_revision is not None:
+            # A conditional write (the segment layer writes its pieces and commits appends
+            # with one) is one statement; refused, the locked path below says why.
+            with self._connection("save") as conn:
+                done = self._write(conn, record, None if create_only else expect_revision)
+            if done is not None:
+                return done
         with self._connection("save") as conn, conn.transaction():
             # Two rounds: an INSERT that meets a key created since our read (ON CONFLICT DO
             # NOTHING waits for the creator to commit) reads it again, now locked.
             for _ in range(2):
-                locked = conn.execute(self._sql.lock_row, (key,)).fetchone()
-                assert locked is not None  # the LATERAL join always yields one row
-                fresh, row = locked[0], locked[1:]
-                current = None if row[0] is None else Summary(*row)
-                summary = plan_save(
-                    current,
-                    record,
-                    expect_revision=expect_revision,
-                    create_only=create_only,
-                    revision=current.revision + 1 if current is not None else fresh,
+                row = conn.execute(self._sql.lock_row, (key,)).fetchone()
+                current = None if row is None else Summary(*row)
+                planned = plan_save(  # raises if refused; the revision comes from the write
+                    current, record, expect_revision=expect_revision, create_only=create_only
                 )
-                values = (*summary.row()[1:], record.body)  # the key goes first or last
-                if current is not None:
-                    conn.execute(self._sql.update, (key, *values, key))
-                elif conn.execute(self._sql.insert, (key, *values)).rowcount != 1:
-                    continue
-                return summary
+                over = None if current is None else current.revision
+                done = self._write(conn, Record(planned, record.body), over)
+                if done is not None:
+                    return done
         raise ConflictError(
             f"key {key!r} was created and deleted by others while this write ran; "
             "nothing was written",
             key=key,
         )
+
+    def _write(self, conn: Connection, record: Record, over: int | None) -> Summary | None:
+        """``record`` as a new key (``over`` is ``None``) or over the stored record at
+        revision ``over``; ``None`` if the key exists, or is not at ``over``, or its owner
+        refuses it."""
+        summary = replace(record.summary, size=record.summary.size or len(record.body))
+        params = {**dict(zip(COLUMNS, summary.row(), strict=True)), "body": record.body}
+        statement = self._sql.insert if over is None else self._sql.update
+        row = conn.execute(statement, {**params, "revision": over}).fetchone()
+        return None if row is None else replace(summary, revision=row[0], owner=row[1])
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         with self._connection("drop") as conn:

@@ -48,14 +48,7 @@ def statements(names: dict[str, sql.Composable]) -> Statements:
     t, segs = names["table"], names["segments"]
     cols = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
     head = render(sql.SQL("SELECT {} FROM {} WHERE key = %s").format(cols, t))
-    # With the row (locked), the sequence's next value: a new key's revision (a stored one goes
-    # up by one); every write takes one, so the sequence stays past every revision issued.
-    lock_row = render(
-        sql.SQL(
-            "SELECT nextval({}), r.* FROM (SELECT 1) one LEFT JOIN LATERAL "
-            "(SELECT {} FROM {} WHERE key = %s FOR UPDATE) r ON true"
-        ).format(names["revisions_name"], cols, t)
-    )
+    lock_row = render(sql.SQL("SELECT {} FROM {} WHERE key = %s FOR UPDATE").format(cols, t))
     # One statement, so one snapshot: the head of a record stored in segments by an older
     # version (an empty body) and its segments always belong together.
     load = sql.SQL(
@@ -63,25 +56,43 @@ def statements(names: dict[str, sql.Composable]) -> Statements:
         "ELSE ARRAY(SELECT s.data FROM {} s WHERE s.key = t.key ORDER BY s.seq) END "
         "FROM {} t WHERE t.key "
     ).format(cols, segs, t)
-    written = (*COLUMNS[1:], "body")
+    # Every write moves the revision sequence on, so it stays at or above every revision
+    # issued: a new key takes its next value, a stored one goes up by one.
+    revisions = names["revisions_name"]
+    written = (*COLUMNS, "body")
     insert = render(
-        sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (key) DO NOTHING").format(
-            t,
-            sql.SQL(", ").join(map(sql.Identifier, ("key", *written))),
-            sql.SQL(", ").join([sql.Placeholder()] * (len(written) + 1)),
-        )
-    )
-    # A write over a record an older version stored in segments deletes its segment rows in
-    # the same statement (a record with a body never has any: the probe finds nothing).
-    update = render(
         sql.SQL(
-            "WITH old AS (DELETE FROM {} WHERE key = %s) UPDATE {} SET ({}, head, digest, "
-            "segments) = ({}, NULL, NULL, NULL) WHERE key = %s"
+            "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (key) DO NOTHING RETURNING revision, owner"
         ).format(
-            segs,
             t,
             sql.SQL(", ").join(map(sql.Identifier, written)),
-            sql.SQL(", ").join([sql.Placeholder()] * len(written)),
+            sql.SQL(", ").join(
+                sql.SQL("nextval({})").format(revisions) if c == "revision" else sql.Placeholder(c)
+                for c in written
+            ),
+        )
+    )
+    # The write over the stored record at %(revision)s, owner write-once, as one statement:
+    # it applies on that revision or changes nothing. It deletes the segment rows of a record
+    # an older version stored in segments (of the record it replaced: none if refused).
+    replaced = [c for c in written if c not in ("key", "owner", "revision")]
+    update = render(
+        sql.SQL(
+            """WITH new AS (
+                UPDATE {t} SET ({cols}) = ({values}), owner = COALESCE(owner, %(owner)s::text),
+                    revision = revision + 1, head = NULL, digest = NULL, segments = NULL
+                FROM (SELECT nextval({revisions})) moved
+                WHERE key = %(key)s AND revision = %(revision)s
+                    AND (owner IS NULL OR %(owner)s::text IS NULL OR owner = %(owner)s::text)
+                RETURNING key, revision, owner
+            ), old AS (DELETE FROM {segs} WHERE key IN (SELECT key FROM new))
+            SELECT revision, owner FROM new"""
+        ).format(
+            t=t,
+            segs=segs,
+            revisions=revisions,
+            cols=sql.SQL(", ").join(map(sql.Identifier, replaced)),
+            values=sql.SQL(", ").join(map(sql.Placeholder, replaced)),
         )
     )
     delete_any = sql.SQL("DELETE FROM {} WHERE key = %s").format(t)
