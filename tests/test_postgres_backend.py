@@ -4,14 +4,12 @@ Fault tests live in test_postgres_faults.py."""
 
 from __future__ import annotations
 
-import itertools
 import re
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -27,11 +25,13 @@ from support.postgres_server import unique_schema, with_query
 from support.services import POSTGRES_URL, service_missing
 
 from agent_checkpoint import Store, open_store
+from agent_checkpoint._segments import Segmented
 from agent_checkpoint.backends import postgres
 from agent_checkpoint.backends.base import Query, Record, Summary
-from agent_checkpoint.backends.postgres import LEDGER, MIGRATIONS, PostgresBackend
+from agent_checkpoint.backends.postgres import LEDGER, MIGRATIONS, PostgresBackend, TimedConnection
 from agent_checkpoint.backends.postgres_sql import scan_statement
-from agent_checkpoint.backends.segments import Appending, Split, assemble, chain
+from agent_checkpoint.backends.segments import Appending
+from agent_checkpoint.codec import encode_parts
 from agent_checkpoint.errors import (
     BackendError,
     BackendUnavailableError,
@@ -92,29 +92,47 @@ def ledger(admin: Admin, schema: str, table: str = "agent_checkpoints") -> list[
     return [(v, n) for v, n in rows]
 
 
-class TestPostgresStore(
-    StoreConformance, ClaimsConformance, EncryptionConformance, AppendingConformance
-):
+@contextmanager
+def refusing(store: Store) -> Iterator[None]:
+    """The server's port starts refusing: the pool's sessions are closed and new ones go to a
+    closed port (a request waits half a second for one, not the pool's timeout)."""
+    pool = postgres_of(store).pool
+    conninfo, timeout = pool.conninfo, pool.timeout
+    with refused_port() as port:
+        pool.conninfo, pool.timeout = make_conninfo(conninfo, port=port), 0.5
+        pool.drain()
+        try:
+            yield
+        finally:
+            pool.conninfo, pool.timeout = conninfo, timeout
+
+
+class TestPostgresStore(StoreConformance, ClaimsConformance, EncryptionConformance):
+    """The backend as a Store opens it: growing histories go through the segment layer."""
+
     @pytest.fixture
     def store(self, schema: str) -> Iterator[Store]:
         with open_pg(schema) as store:
             store.setup()
             yield store
 
-    @contextmanager
-    def break_connection(self, store: Store) -> Iterator[None]:
-        """The server's port starts refusing: the pool's sessions are closed and new ones go
-        to a closed port (a request waits half a second for one, not the pool's timeout)."""
-        assert isinstance(store.backend, PostgresBackend)
-        pool = store.backend.pool
-        conninfo, timeout = pool.conninfo, pool.timeout
-        with refused_port() as port:
-            pool.conninfo, pool.timeout = make_conninfo(conninfo, port=port), 0.5
-            pool.drain()
-            try:
-                yield
-            finally:
-                pool.conninfo, pool.timeout = conninfo, timeout
+    def break_connection(self, store: Store) -> AbstractContextManager[None]:
+        return refusing(store)
+
+
+class TestPostgresStoreInPieces(StoreConformance, AppendingConformance):
+    """The segment layer at its lowest thresholds: every put past the first moves history
+    into pieces on the server, and merges them."""
+
+    @pytest.fixture
+    def store(self, schema: str) -> Iterator[Store]:
+        with open_pg(schema) as store:
+            store.setup()
+            with in_pieces(store) as pieces:
+                yield pieces
+
+    def break_connection(self, store: Store) -> AbstractContextManager[None]:
+        return refusing(store)
 
 
 # -- listing at scale -------------------------------------------------------------------
@@ -346,15 +364,20 @@ def test_schema_and_table_names_are_quoted_not_interpolated(admin: Admin) -> Non
     try:
         with open_pg(weird_schema, table=weird_table) as store:
             store.setup()
-            store.put(checkpoint(text="safe"), key="k")
+            safe = checkpoint(text="safe")
+            store.put(safe, key="k")
+            # past the inline threshold: the history's pieces go to the segments namespace
+            grown = safe.evolve(history=(*safe.history, Message("user", "s" * 20_000)))
+            store.put(grown, key="k")
             got = store.get("k")
-            assert got is not None and got.history[0].content == "safe 0"
+            assert got is not None and got.history[0].content == "safe 0" and got == grown
         tables = admin.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
             (weird_schema,),
         ).fetchall()
+        pieces = f"{weird_table}$segments"
         assert sorted(t for (t,) in tables) == sorted(
-            [weird_table, f"{weird_table}_segments", LEDGER]
+            [weird_table, f"{weird_table}_segments", pieces, f"{pieces}_segments", LEDGER]
         )
         public = admin.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'public'").fetchone()
         assert public is not None
@@ -446,11 +469,15 @@ def test_racing_create_only_writers_of_a_new_key_have_one_winner(schema: str) ->
 
 def test_operations_before_setup_ask_for_setup_instead_of_a_raw_driver_error(schema: str) -> None:
     with open_pg(schema) as store:
+        backend = postgres_of(store)
+        record = Record(Summary("k", "r", 1, None, None, None, None, 0, 2, 0), b"{}")
         attempts: list[tuple[str, Callable[[], object]]] = [
-            ("save", lambda: store.put(checkpoint(), key="k")),
+            ("load", lambda: store.put(checkpoint(), key="k")),  # reads what it replaces
             ("load", lambda: store.get("k")),
             ("scan", lambda: store.list()),
-            ("drop", lambda: store.delete("k")),
+            ("load", lambda: store.delete("k")),
+            ("save", lambda: backend.save(record)),
+            ("drop", lambda: backend.drop("k")),
         ]
         for operation, call in attempts:
             with pytest.raises(StoreNotFoundError) as caught:
@@ -675,8 +702,9 @@ def test_setup_upgrades_a_store_made_by_the_previous_ledger(
         assert ledger(admin, schema) == [(version, name) for version, name, _ in MIGRATIONS]
         got = store.get("old")
         assert got is not None and got.history[0].content == "before the upgrade 0"
-        grow(store, 3, key="old")
-        assert segment_rows(admin, schema, "old") == 1  # three appends joined into one row
+        history = grow(store, 3, key="old")
+        got = store.get("old")
+        assert got is not None and got.history == history
         store.setup()  # and again: nothing left to apply
         assert len(ledger(admin, schema)) == len(MIGRATIONS)
 
@@ -696,7 +724,7 @@ def test_a_store_made_before_the_revision_sequence_upgrades_and_never_repeats_a_
         assert store.put(checkpoint("old"), key="old").revision > 41
 
 
-# -- histories stored in segments -------------------------------------------------------
+# -- growing histories: the store's segment layer, and what older versions stored ------------
 
 
 @pytest.fixture
@@ -718,22 +746,16 @@ def grow(
     return history
 
 
-def one_row_per_append(store: Store, max_segments: int | None = None) -> PostgresBackend:
-    """The store's backend, set to store each append as its own row (and to merge at
-    ``max_segments`` rows, when given): the shapes that joining rows otherwise hides."""
-    backend = store.backend
+def in_pieces(store: Store) -> Store:
+    """A store on the same backend whose segment layer moves all history into pieces and
+    merges them past four."""
+    return Store(Segmented(postgres_of(store), inline_bytes=0, max_segments=4))
+
+
+def postgres_of(store: Store) -> PostgresBackend:
+    backend = getattr(store.backend, "inner", store.backend)
     assert isinstance(backend, PostgresBackend)
-    backend.chunk_bytes = 0
-    if max_segments is not None:
-        backend.max_segments = max_segments
     return backend
-
-
-def segment_sizes(admin: Admin, schema: str, key: str) -> list[int]:
-    query = sql.SQL("SELECT octet_length(data) FROM {} WHERE key = %s ORDER BY seq").format(
-        sql.Identifier(schema, "agent_checkpoints_segments")
-    )
-    return [int(n) for (n,) in admin.execute(query, (key,)).fetchall()]
 
 
 def whole_bytes(ckpt: RunCheckpoint, saved_at: int) -> bytes:
@@ -741,149 +763,182 @@ def whole_bytes(ckpt: RunCheckpoint, saved_at: int) -> bytes:
     return orjson.dumps({"format": "conversation-v1", "data": ckpt.to_json(), "savedAt": saved_at})
 
 
-def segment_rows(admin: Admin, schema: str, key: str | None = None) -> int:
-    table = sql.Identifier(schema, "agent_checkpoints_segments")
-    if key is None:
-        row = admin.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
-    else:
-        query = sql.SQL("SELECT count(*) FROM {} WHERE key = %s").format(table)
-        row = admin.execute(query, (key,)).fetchone()
+def rows(admin: Admin, schema: str, table: str, key: str | None = None) -> int:
+    query = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(schema, table))
+    if key is not None:
+        query += sql.SQL(" WHERE key = %s")
+    row = admin.execute(query, () if key is None else (key,)).fetchone()
     assert row is not None
     return int(row[0])
 
 
+def legacy_rows(admin: Admin, schema: str, key: str | None = None) -> int:
+    """Rows of the segments table of the versions before the segment layer."""
+    return rows(admin, schema, "agent_checkpoints_segments", key)
+
+
+def piece_rows(admin: Admin, schema: str) -> int:
+    """Records of the segment layer's ``segments`` namespace."""
+    return rows(admin, schema, "agent_checkpoints$segments")
+
+
 def stored_row(admin: Admin, schema: str, key: str) -> tuple[Any, ...]:
     row = admin.execute(
-        sql.SQL(
-            "SELECT body, head, digest, segments, size, revision FROM {} WHERE key = %s"
-        ).format(sql.Identifier(schema, "agent_checkpoints")),
+        sql.SQL("SELECT body, head, digest, segments FROM {} WHERE key = %s").format(
+            sql.Identifier(schema, "agent_checkpoints")
+        ),
         (key,),
     ).fetchone()
     assert row is not None
     return tuple(row)
 
 
-def snapshot(admin: Admin, schema: str) -> list[Any]:
-    """Every row of the store's two tables, for proving that nothing changed."""
-    return [
+def store_in_old_segments(
+    admin: Admin, schema: str, key: str, ckpt: RunCheckpoint, *, revision: int = 7
+) -> bytes:
+    """``key`` as the versions before the segment layer stored a growing history, written
+    row by row: an empty ``body``, the envelope's head (history cut out at a NUL) with the
+    digest of its segments and their count on the record row, and the segments as rows of
+    ``<table>_segments``, several appends joined by commas in one row and an empty row left
+    by a merge. Returns the bytes a full write would have stored."""
+    doc = {"format": "conversation-v1", "data": ckpt.to_json(), "savedAt": 1000}
+    head, _ = encode_parts(doc, [])
+    messages = [orjson.dumps(m.to_json()) for m in ckpt.history]
+    assert len(messages) == 4
+    data = [messages[0] + b"," + messages[1], b"", messages[2], messages[3]]
+    whole = whole_bytes(ckpt, 1000)
+    owner = ckpt.identity.principal if ckpt.identity is not None else None
+    admin.execute(
+        sql.SQL(
+            "INSERT INTO {} (key, run_id, saved_at, owner, message_count, size, revision, body,"
+            " head, digest, segments) VALUES (%s, %s, 1000, %s, 4, %s, %s, '', %s, 'd', 4)"
+        ).format(sql.Identifier(schema, "agent_checkpoints")),
+        (key, ckpt.run_id, owner, len(whole), revision, head),
+    )
+    for seq, segment in enumerate(data):
         admin.execute(
-            sql.SQL("SELECT * FROM {} ORDER BY 1, 2").format(sql.Identifier(schema, table))
-        ).fetchall()
-        for table in ("agent_checkpoints", "agent_checkpoints_segments")
-    ]
+            sql.SQL("INSERT INTO {} (key, seq, data) VALUES (%s, %s, %s)").format(
+                sql.Identifier(schema, "agent_checkpoints_segments")
+            ),
+            (key, seq, segment),
+        )
+    return whole
 
 
-def test_a_growing_history_appends_one_segment_row_per_put_and_merges_when_full(
+def test_a_growing_history_keeps_its_pieces_in_the_segments_namespace_table(
     store: Store, admin: Admin, schema: str
 ) -> None:
-    assert isinstance(store.backend, Appending)
-    backend = one_row_per_append(store)
-    grow(store, 10)
-    assert segment_rows(admin, schema, "k") == 10  # one small row per put, not a rewrite
-    body, head, digest, count, size, revision = stored_row(admin, schema, "k")
-    assert (body, count, revision) == (b"", 10, 10) and digest
-    assert b"message 0" not in head and b"\x00" in head
-    got = store.get_record("k")
-    assert got is not None and got.summary.size == len(got.body) == size
-
-    history = grow(store, backend.max_segments + 5)
-    # The first put of the new history wrote it whole; the put after the record reached
-    # max_segments rows merged them into one on the server and added its own, then 4 appends.
-    assert segment_rows(admin, schema, "k") == 6
-    back = store.get("k")
-    assert back is not None and back.history == history
-    assert store.delete("k")
-    assert segment_rows(admin, schema) == 0
+    assert not isinstance(store.backend, Appending)  # the Store's segment layer does it
+    history = grow(store, 120)  # ~27 KB of history: past the inline threshold
+    got = store.get("k")
+    assert got is not None and got.history == history
+    assert piece_rows(admin, schema) >= 1 and legacy_rows(admin, schema) == 0
+    assert store.delete("k") and piece_rows(admin, schema) == 0
 
 
-def test_appends_join_onto_the_last_row_up_to_chunk_bytes(
+def test_past_the_segment_limit_every_put_reads_back_as_a_full_write(
     store: Store, admin: Admin, schema: str
 ) -> None:
-    backend = store.backend
-    assert isinstance(backend, PostgresBackend)
-    history = grow(store, 60)  # messages of ~240 bytes
-    sizes = segment_sizes(admin, schema, "k")
-    assert 1 < len(sizes) < 10 and max(sizes) <= backend.chunk_bytes
-    assert stored_row(admin, schema, "k")[3] == len(sizes)
-    back = store.get("k")
-    assert back is not None and back.history == history
-    # A big message gets a row of its own: nothing is joined past chunk_bytes.
-    big = (*history, Message("user", "y" * backend.chunk_bytes))
-    store.put(checkpoint("r").evolve(history=big), key="k")
-    after = segment_sizes(admin, schema, "k")
-    assert after[:-1] == sizes and after[-1] > backend.chunk_bytes
-    back = store.get("k")
-    assert back is not None and back.history == big
-
-
-@pytest.mark.parametrize("chunk_bytes", [0, 4096])
-def test_appends_past_max_segments_read_back_as_a_full_write(
-    store: Store, admin: Admin, schema: str, chunk_bytes: int
-) -> None:
-    backend = one_row_per_append(store, max_segments=5)
-    backend.chunk_bytes = chunk_bytes
+    pieces = in_pieces(store)
     base = checkpoint("r")
     history: tuple[Message, ...] = ()
-    counts = []
     for i in range(40):
-        # Every seventh put adds no message (an empty segment); sizes vary around the limit.
+        # Every seventh put adds no message; sizes vary.
         if i % 7 != 3:
             history = (*history, Message("user", f"m{i} " + "z" * (i * 97 % 1500)))
         ckpt = base.evolve(history=history)
-        summary = store.put(ckpt, key="k")
-        counts.append(segment_rows(admin, schema, "k"))
-        record = store.get_record("k")
+        summary = pieces.put(ckpt, key="k")
+        record = store.get_record("k")  # another store: nothing remembered
         assert record is not None and record.body == whole_bytes(ckpt, summary.saved_at)
         assert record.summary == summary and summary.size == len(record.body)
-        assert stored_row(admin, schema, "k")[3] == counts[-1]
-    assert max(counts) <= backend.max_segments
-    assert any(b < a for a, b in itertools.pairwise(counts))  # merges happened
-    assert store.head("k").revision == 40  # type: ignore[union-attr]  # never a rewrite
+        assert 1 <= piece_rows(admin, schema) <= 4  # merged, and none left behind
+    assert store.head("k").revision == 40  # type: ignore[union-attr]
+    assert store.forget_older_than(summary.saved_at + 1).forgotten == 1
+    assert piece_rows(admin, schema) == 0
 
 
-def test_retention_removes_the_segments_of_a_record(
+def statements_of(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The statements every session sends from now on (each one round trip)."""
+    statements: list[bytes] = []
+    execute = TimedConnection.execute
+
+    def counted(conn: TimedConnection, query: Any, *args: Any, **kwargs: Any) -> Any:
+        statements.append(query)
+        return execute(conn, query, *args, **kwargs)
+
+    monkeypatch.setattr(TimedConnection, "execute", counted)
+    return statements
+
+
+def test_a_get_reads_all_pieces_of_a_history_in_one_statement(
+    store: Store, admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pieces = in_pieces(store)
+    ckpt = checkpoint("r", messages=8)
+    for i in range(1, 9):
+        pieces.put(ckpt.evolve(history=ckpt.history[:i]), key="k")
+    assert piece_rows(admin, schema) >= 3
+    statements = statements_of(monkeypatch)
+    assert store.get("k") == ckpt
+    assert len(statements) == 2  # the layout record, then every piece at once
+    assert b"ANY(" in statements[1]
+
+
+def test_a_put_of_one_more_message_is_one_statement(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = grow(store, 5)
+    statements = statements_of(monkeypatch)
+    grown = (*history, Message("assistant", "one more"))
+    store.put(checkpoint("r").evolve(history=grown), key="k")
+    assert len(statements) == 1  # the conditional write of the record, nothing read first
+    got = store.get("k")
+    assert got is not None and got.history == grown
+
+
+def test_load_many_answers_each_key_in_order(store: Store) -> None:
+    backend = postgres_of(store)
+    for key in ("a", "b"):
+        store.put(checkpoint(key), key=key)
+    got = backend.load_many(["b", "missing", "a", "b"])
+    assert [None if r is None else r.key for r in got] == ["b", None, "a", "b"]
+    assert got[2] == backend.load("a") and backend.load_many([]) == []
+
+
+def test_a_record_stored_in_segments_by_an_older_version_reads_overwrites_and_drops(
     store: Store, admin: Admin, schema: str
 ) -> None:
-    one_row_per_append(store)
-    grow(store, 5, principal="al")
-    old = store.head("k")
-    time.sleep(0.01)  # the young record is saved in a later millisecond
-    grow(store, 3, key="young")
-    assert old is not None and segment_rows(admin, schema) == 8
-    assert store.forget_older_than(old.saved_at + 1).forgotten == 1
-    assert segment_rows(admin, schema) == segment_rows(admin, schema, "young") == 3
+    ckpt = checkpoint("r", messages=4, principal="al")
+    whole = store_in_old_segments(admin, schema, "k", ckpt)
+    record = store.get_record("k")
+    assert record is not None and record.body == whole
+    assert record.summary.revision == 7 and record.summary.owner == "al"
+    assert store.get("k") == ckpt
+    assert postgres_of(store).load_many(["k"])[0] == record
+    # The next put (one more message) is a whole write: the old segment rows go with it;
+    # refused (on a revision it does not have), it leaves them.
+    grown = ckpt.evolve(history=(*ckpt.history, Message("assistant", "one more")))
+    with pytest.raises(ConflictError):
+        store.put(grown, key="k", if_revision=6)
+    assert legacy_rows(admin, schema) == 4 and store.get_record("k") == record
+    summary = store.put(grown, key="k", if_revision=7)
+    assert summary.revision == 8 and legacy_rows(admin, schema) == 0
+    assert stored_row(admin, schema, "k")[1:] == (None, None, None)
+    assert store.get_record("k").body == whole_bytes(grown, summary.saved_at)  # type: ignore[union-attr]
+    with pytest.raises(OwnershipConflictError):
+        store.put(checkpoint("r", principal="mallory"), key="k")
 
-
-def test_a_whole_write_over_a_record_in_segments_removes_its_segments(
-    store: Store, admin: Admin, schema: str
-) -> None:
-    one_row_per_append(store)
-    grow(store, 6)
-    stored = store.get_record("k")
-    assert stored is not None
-    store.put_record(stored)  # as copy and migrate write: whole bytes
-    assert segment_rows(admin, schema) == 0
-    assert stored_row(admin, schema, "k") == (stored.body, None, None, None, len(stored.body), 7)
-    again = store.get_record("k")
-    assert again is not None and again.body == stored.body and again.summary.revision == 7
-
-
-def summary(key: str, size: int, *, saved_at: int = 1000, owner: str | None = None) -> Summary:
-    return Summary(key, "run", saved_at, owner, "agent", None, None, 1, size, 0)
-
-
-def split_of(head: bytes, *segments: bytes) -> tuple[Split, int]:
-    """The split whose last segment is ``segments[-1]``, and the assembled size after it."""
-    digest = ""
-    for segment in segments:
-        digest = chain(digest, segment)
-    return Split(head, segments[-1], digest), len(assemble(head, list(segments)))
+    store_in_old_segments(admin, schema, "gone", ckpt)
+    assert store.delete("gone") and store.get("gone") is None
+    store_in_old_segments(admin, schema, "old", ckpt)
+    assert store.forget_older_than(1001).forgotten == 1  # retention, oldest first
+    assert legacy_rows(admin, schema) == 0 and [s.key for s in store.list()] == ["k"]
 
 
 def test_a_whole_write_by_an_older_library_over_a_split_record_reads_back_as_written(
     store: Store, admin: Admin, schema: str
 ) -> None:
-    history = grow(store, 4)
+    store_in_old_segments(admin, schema, "k", checkpoint("r", messages=4))
     replaced = stamped(checkpoint("r", text="written by the previous version"), 5)
     body, _ = store._codec.encode(replaced, "k")
     admin.execute(  # the previous library's UPDATE: it knows nothing of head and segments
@@ -894,135 +949,24 @@ def test_a_whole_write_by_an_older_library_over_a_split_record_reads_back_as_wri
     )
     got = store.get("k")
     assert got is not None and got.history[0].content == "written by the previous version 0"
-    # The store's tail is stale (the revision moved on): no append, a full write that clears
-    # the old segments.
-    history = (*history, Message("user", "one more"))
-    store.put(checkpoint("r").evolve(history=history), key="k")
-    assert segment_rows(admin, schema) == 1
-    back = store.get("k")
-    assert back is not None and back.history == history
+    grown = checkpoint("r", messages=5)
+    store.put(grown, key="k")
+    assert legacy_rows(admin, schema) == 0 and store.get("k") == grown
 
 
-def test_an_append_whose_reply_was_lost_is_not_applied_twice(
+def test_a_record_missing_an_old_segment_reads_unreadable_not_shorter(
     store: Store, admin: Admin, schema: str
 ) -> None:
-    backend = store.backend
-    assert isinstance(backend, PostgresBackend)
-    first, size = split_of(b'{"h":[\x00]}', b"1")
-    body = assemble(first.head, [first.segment])
-    assert backend.save_split(Record(summary("k", size), body), first).revision == 1
-    second, size = split_of(b'{"h":[\x00],"n":2}', b"1", b"2")
-    grown = summary("k", size, saved_at=2000)
-    landed = backend.append(grown, second, base_revision=1, base_digest=first.digest)
-    assert landed is not None and (landed.revision, landed.size) == (2, size)
-    before = snapshot(admin, schema)
-    # The retry of the same append, as after a lost reply: refused, and nothing changes.
-    assert backend.append(grown, second, base_revision=1, base_digest=first.digest) is None
-    assert snapshot(admin, schema) == before
-    loaded = backend.load("k")
-    assert loaded is not None and loaded.body == b'{"h":[1,2],"n":2}'
-    assert loaded.summary == landed
-    assert [s.key for s in backend.scan(Query(saved_since=2000))] == ["k"]
-
-
-def fill(
-    backend: PostgresBackend, segments: list[bytes], *, owner: str | None = None
-) -> tuple[Split, int]:
-    """Store ``segments`` under ``k``: a split write of the first, then an append of each
-    other; the last split and the record's revision."""
-    split, size = split_of(b"[\x00]", *segments[:1])
-    whole = Record(summary("k", size, owner=owner), assemble(b"[\x00]", segments[:1]))
-    backend.save_split(whole, split)
-    for n in range(2, len(segments) + 1):
-        base = split_of(b"[\x00]", *segments[: n - 1])[0].digest
-        split, size = split_of(b"[\x00]", *segments[:n])
-        landed = backend.append(summary("k", size), split, base_revision=n - 1, base_digest=base)
-        assert landed is not None and landed.revision == n
-    return split, len(segments)
-
-
-def test_an_append_to_a_full_record_merges_its_rows_on_the_server(
-    store: Store, admin: Admin, schema: str
-) -> None:
-    backend = one_row_per_append(store, max_segments=6)
-    # Empty segments are kept out of the join, exactly as assemble does.
-    segments = [b"0", b"", b"2", b"3", b"", b"5", b"6", b"7", b"", b"", b"10", b"11", b"12"]
-    rows = []
-    for n in range(1, len(segments) + 1):
-        fill_to = segments[:n]
-        if n == 1:
-            fill(backend, fill_to)
-        else:
-            base = split_of(b"[\x00]", *segments[: n - 1])[0].digest
-            split, size = split_of(b"[\x00]", *fill_to)
-            landed = backend.append(
-                summary("k", size), split, base_revision=n - 1, base_digest=base
-            )
-            assert landed is not None and (landed.revision, landed.size) == (n, size)
-        rows.append(segment_rows(admin, schema, "k"))
-        loaded = backend.load("k")
-        assert loaded is not None and loaded.body == assemble(b"[\x00]", fill_to)
-        assert stored_row(admin, schema, "k")[3] == rows[-1] <= backend.max_segments
-    # Empty segments take no row; the append after the sixth row merges to one plus its own.
-    assert rows == [1, 1, 2, 3, 3, 4, 5, 6, 6, 6, 2, 3, 4]
-    assert segment_sizes(admin, schema, "k")[0] == len(b"0,2,3,5,6,7")
-
-
-def test_a_refused_append_to_a_full_record_changes_nothing(
-    store: Store, admin: Admin, schema: str
-) -> None:
-    backend = one_row_per_append(store, max_segments=4)
-    segments = [b"1", b"2", b"3", b"4"]
-    last, revision = fill(backend, segments, owner="al")
-    split, size = split_of(b"[\x00]", *segments, b"5")
-    before = snapshot(admin, schema)
-    for base_revision, base_digest in (
-        (revision - 1, last.digest),
-        (revision, chain("", b"other")),
-        (revision + 1, last.digest),
-    ):
-        refused = backend.append(
-            summary("k", size), split, base_revision=base_revision, base_digest=base_digest
-        )
-        assert refused is None
-    with pytest.raises(OwnershipConflictError):
-        backend.append(
-            summary("k", size, owner="mallory"),
-            split,
-            base_revision=revision,
-            base_digest=last.digest,
-        )
-    assert snapshot(admin, schema) == before
-    landed = backend.append(
-        summary("k", size), split, base_revision=revision, base_digest=last.digest
-    )
-    assert landed is not None and segment_rows(admin, schema, "k") == 2
-    loaded = backend.load("k")
-    assert loaded is not None and loaded.body == b"[1,2,3,4,5]"
-
-
-def test_a_full_record_missing_a_row_is_not_merged_but_rewritten(
-    store: Store, admin: Admin, schema: str
-) -> None:
-    backend = one_row_per_append(store, max_segments=4)
-    base = checkpoint("r")
-    history = grow(store, 4)
+    store_in_old_segments(admin, schema, "k", checkpoint("r", messages=4))
     admin.execute(
-        sql.SQL("DELETE FROM {} WHERE key = 'k' AND seq = 1").format(
+        sql.SQL("DELETE FROM {} WHERE key = 'k' AND seq = 2").format(
             sql.Identifier(schema, "agent_checkpoints_segments")
         )
     )
-    before = snapshot(admin, schema)
-    last = split_of(b"[\x00]", b"x")[0]
-    row = stored_row(admin, schema, "k")
-    refused = backend.append(summary("k", 1), last, base_revision=row[5], base_digest=row[2])
-    assert refused is None and snapshot(admin, schema) == before  # no merge over a hole
-    # The Store's put falls back to a full write, which repairs the record.
-    history = (*history, Message("user", "after the hole"))
-    summary_ = store.put(base.evolve(history=history), key="k")
-    assert segment_rows(admin, schema, "k") == 1
-    back = store.get("k")
-    assert back is not None and back.history == history and summary_.revision == row[5] + 1
+    record = store.get_record("k")
+    assert record is not None and b"\x00" in record.body
+    with pytest.raises(UnreadableEnvelopeError):
+        store.get("k")
 
 
 def test_the_upgrade_drops_the_oldest_first_index_and_retention_still_runs_oldest_first(
@@ -1050,63 +994,42 @@ def test_the_upgrade_drops_the_oldest_first_index_and_retention_still_runs_oldes
         assert sorted(s.key for s in store.list()) == ["b", "c", "d"]
 
 
-def test_a_record_written_before_compressed_segments_upgrades_and_keeps_growing(
+def test_a_record_stored_in_segments_before_compressed_segments_upgrades_and_keeps_growing(
     admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # history segments, one row per append, default storage (and the revision sequence,
-    # without which nothing is written)
+    # history segments with default storage (and the revision sequence, without which
+    # nothing is written)
     previous = (*MIGRATIONS[:3], REVISIONS)
     assert [v for v, _, _ in previous] == [1, 2, 3, 7]
     storage = sql.SQL(
         "SELECT attstorage FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'data'"
     )
     segs = f'"{schema}".agent_checkpoints_segments'
-    history: tuple[Message, ...] = ()
-    base = checkpoint("r")
+    ckpt = checkpoint("r", messages=4)
     with open_pg(schema) as store:
         with monkeypatch.context() as m:
             m.setattr(postgres, "MIGRATIONS", previous)
             store.setup()
-        for i in range(5):  # rows as the previous library wrote them: one per append
-            history = (*history, Message("user", f"old {i} " + "o" * 3000))
-            store.put(base.evolve(history=history), key="k")
-        assert segment_rows(admin, schema, "k") == 5
-        assert ledger(admin, schema) == [(v, n) for v, n, _ in previous]
+        whole = store_in_old_segments(admin, schema, "k", ckpt)
         assert admin.execute(storage, (segs,)).fetchone() == ("x",)
-        old = store.get_record("k")
-
         store.setup()
         assert ledger(admin, schema) == [(v, n) for v, n, _ in MIGRATIONS]
         assert admin.execute(storage, (segs,)).fetchone() == ("m",)
-        assert store.get_record("k") == old
-        for i in range(5):  # appends onto the rows written before the upgrade
+        assert store.get_record("k").body == whole  # type: ignore[union-attr]
+        history = ckpt.history
+        for i in range(60):  # the segment layer takes over from the next put on
             history = (*history, Message("user", f"new {i} " + "n" * 500))
-            ckpt = base.evolve(history=history)
-            done = store.put(ckpt, key="k")
-        assert done.revision == 10 and segment_rows(admin, schema, "k") == 6
+            done = store.put(ckpt.evolve(history=history), key="k")
+        assert done.revision == 67 and legacy_rows(admin, schema) == 0
+        assert piece_rows(admin, schema) >= 1
         record = store.get_record("k")
-        assert record is not None and record.body == whole_bytes(ckpt, done.saved_at)
+        assert record is not None
+        assert record.body == whole_bytes(ckpt.evolve(history=history), done.saved_at)
         store.setup()
         assert len(ledger(admin, schema)) == len(MIGRATIONS)
-    with open_pg(schema) as other:  # a store without the tail reads the same bytes
+    with open_pg(schema) as other:  # a store that remembers nothing reads the same bytes
         again = other.get_record("k")
         assert again is not None and again.body == record.body
-
-
-def test_a_record_missing_a_segment_reads_unreadable_not_shorter(
-    store: Store, admin: Admin, schema: str
-) -> None:
-    one_row_per_append(store)
-    grow(store, 3)
-    admin.execute(
-        sql.SQL("DELETE FROM {} WHERE key = 'k' AND seq = 2").format(
-            sql.Identifier(schema, "agent_checkpoints_segments")
-        )
-    )
-    record = store.get_record("k")
-    assert record is not None and b"\x00" in record.body
-    with pytest.raises(UnreadableEnvelopeError):
-        store.get("k")
 
 
 def test_owner_and_agent_indexes_hold_only_runs_that_have_one(

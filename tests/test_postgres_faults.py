@@ -17,6 +17,7 @@ from support.postgres_server import PostgresServer, unique_schema, with_address,
 from support.services import POSTGRES_URL, service_missing
 
 from agent_checkpoint import Store, open_store
+from agent_checkpoint.backends.base import Record
 from agent_checkpoint.backends.postgres import LEDGER
 from agent_checkpoint.backends.postgres_connections import DEFAULT_READ_TIMEOUT, ReadTimeoutError
 from agent_checkpoint.errors import BackendUnavailableError
@@ -163,11 +164,14 @@ def test_refusal_longer_than_the_retry_budget_raises_backend_unavailable(
 ) -> None:
     direct(schema).close()
     with proxied(proxy, schema, retry=SMALL_BUDGET, pool_timeout=0.5) as store:
-        store.put(checkpoint(text="landed"), key="k")
+        replaced = store.put(checkpoint(text="landed"), key="k")
         with proxy.refusing():
             time.sleep(0.2)
             attempts: list[tuple[str, Callable[[], object]]] = [
-                ("save", lambda: store.put(checkpoint(text="lost"), key="k")),
+                # a put reads first the record it replaces (the segment layer drops that
+                # record's pieces once it is replaced)
+                ("load", lambda: store.put(checkpoint(text="lost"), key="k")),
+                ("save", lambda: store.backend.save(Record(replaced, b"{}"))),
                 ("load", lambda: store.get("k")),
                 ("scan", lambda: store.list()),
             ]
@@ -217,8 +221,8 @@ def test_a_write_queued_behind_a_lock_is_cancelled_after_read_timeout(
 ) -> None:
     """A put stuck behind a lock that a forgotten session holds gives up after
     ``read_timeout``, and its statement is cancelled on the server, so it does not apply
-    later, when the lock is released, behind the caller's back (an append is one autocommit
-    statement: left queued, it would)."""
+    later, when the lock is released, behind the caller's back. An append (the segment
+    layer's conditional save of the record) queues on the same lock as a rewrite."""
     direct(schema).close()
     url = with_query(POSTGRES_URL, schema=schema, read_timeout="2")
     with open_store(url, retry=NO_RETRY) as store:
@@ -335,7 +339,7 @@ def test_a_server_down_longer_than_the_budget_raises_then_recovers(
         try:
             with pytest.raises(BackendUnavailableError) as caught:
                 store.put(checkpoint(text="refused"), key="k")
-            assert_library_errors([caught.value], {"save"})
+            assert_library_errors([caught.value], {"load"})  # a put reads what it replaces
         finally:
             server.start()
         got = Store(store.backend).get("k")

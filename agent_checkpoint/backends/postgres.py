@@ -3,13 +3,12 @@
 ``setup()`` creates the schema objects by applying ``MIGRATIONS`` in order, each once, recorded
 in the ledger table ``LEDGER`` of the same schema (``postgres_schema.py``).
 
-A record stored in segments (``segments.py``) has an empty ``body``, its head in ``head``, its
-digest and segment count in ``digest`` and ``segments``, and its history segments as rows of
-``<table>_segments`` keyed ``(key, seq)`` (a row may hold several appended segments, joined as
-``assemble`` joins them). ``load`` assembles them from one statement (one snapshot); ``append``
-is one statement, a conditional ``UPDATE`` of the record row plus the write of the segment
-(merging the record's segment rows into one first once it holds ``max_segments``), so it
-applies atomically or not at all.
+Growing histories are the Store's segment layer's (``_segments.py``): its pieces are records of
+the ``segments`` namespace, the table ``<table>$segments``; ``load_many`` reads several in one
+statement. A record that a version before the layer stored in segments has an empty ``body``,
+its head in ``head`` and its segments as rows of ``<table>_segments``: ``load`` assembles it in
+one statement (one snapshot), a ``save`` over it deletes those rows and the foreign key deletes
+them with the record.
 
 The statements are composed in ``postgres_sql.py``; the pool, the URL options and the read
 timeout of every connection are in ``postgres_connections.py``.
@@ -19,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -31,6 +30,7 @@ from psycopg.errors import TransactionRollback, UndefinedColumn, UndefinedTable
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
+from ..codec import join_parts
 from ..errors import (
     ConflictError,
     InvalidKeyError,
@@ -44,7 +44,6 @@ from .base import (
     Summary,
     closed_error,
     plan_save,
-    resolve_owner,
     translate_errors,
 )
 from .postgres_connections import (
@@ -64,7 +63,6 @@ from .postgres_schema import (
     object_names,
 )
 from .postgres_sql import COLUMNS, scan_statement, statements
-from .segments import Split, assemble, plan_split
 from .url_options import number, whole
 
 __all__ = [
@@ -91,11 +89,6 @@ NAME = "postgres"
 
 class PostgresBackend(Closable):
     name = NAME
-    max_segments = 1024
-    chunk_bytes = 4096
-    """An appended segment is joined onto the record's last segment row while that row stays
-    within this many bytes: rows of a few messages, which the server compresses (a row of one
-    ~1 KB message is below the size PostgreSQL compresses at)."""
 
     def __init__(
         self,
@@ -186,16 +179,13 @@ class PostgresBackend(Closable):
     def load(self, key: str) -> Record | None:
         with self._connection("load") as conn:
             row = conn.execute(self._sql.load, (key,), binary=True).fetchone()
-        if row is None:
-            return None
-        n = len(COLUMNS)
-        body, head, count, segments = bytes(row[n]), row[n + 1], row[n + 2], row[n + 3]
-        if not body and head is not None:
-            if count is not None and segments is not None and len(segments) == count:
-                body = assemble(bytes(head), [bytes(s) for s in segments])
-            else:
-                body = bytes(head)  # a lost segment: the head alone reads unreadable
-        return Record(Summary(*row[:n]), body)
+        return None if row is None else _record(row)
+
+    def load_many(self, keys: Sequence[str]) -> list[Record | None]:
+        with self._connection("load") as conn:
+            rows = conn.execute(self._sql.load_many, (list(keys),), binary=True).fetchall()
+        found = {row[0]: _record(row) for row in rows}
+        return [found.get(key) for key in keys]
 
     def head(self, key: str) -> Summary | None:
         with self._connection("head") as conn:
@@ -205,88 +195,42 @@ class PostgresBackend(Closable):
     def save(
         self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
     ) -> Summary:
-        return self._save(record, None, expect_revision, create_only)
-
-    def save_split(
-        self,
-        record: Record,
-        split: Split,
-        *,
-        expect_revision: int | None = None,
-        create_only: bool = False,
-    ) -> Summary:
-        return self._save(record, split, expect_revision, create_only)
-
-    def _save(
-        self, record: Record, split: Split | None, expect_revision: int | None, create_only: bool
-    ) -> Summary:
         key = record.key
-        stored: tuple[bytes, bytes | None, str | None, int | None] = (
-            (record.body, None, None, None) if split is None else (b"", split.head, split.digest, 1)
-        )
+        if create_only or expect_revision is not None:
+            # A conditional write (the segment layer writes its pieces and commits appends
+            # with one) is one statement; refused, the locked path below says why.
+            with self._connection("save") as conn:
+                done = self._write(conn, record, None if create_only else expect_revision)
+            if done is not None:
+                return done
         with self._connection("save") as conn, conn.transaction():
             # Two rounds: an INSERT that meets a key created since our read (ON CONFLICT DO
             # NOTHING waits for the creator to commit) reads it again, now locked.
             for _ in range(2):
-                locked = conn.execute(self._sql.lock_row, (key,)).fetchone()
-                assert locked is not None  # the LATERAL join always yields one row
-                fresh, row = locked[0], locked[1:]
-                current = None if row[0] is None else Summary(*row[:-1])
-                revision = current.revision + 1 if current is not None else fresh
-                summary = (plan_save if split is None else plan_split)(
-                    current,
-                    record,
-                    expect_revision=expect_revision,
-                    create_only=create_only,
-                    revision=revision,
+                row = conn.execute(self._sql.lock_row, (key,)).fetchone()
+                current = None if row is None else Summary(*row)
+                planned = plan_save(  # raises if refused; the revision comes from the write
+                    current, record, expect_revision=expect_revision, create_only=create_only
                 )
-                values = (*summary.row()[1:], *stored)  # the key goes first or last
-                if current is not None:
-                    if row[-1] is not None:
-                        conn.execute(self._sql.clear_segments, (key,))
-                    conn.execute(self._sql.update, (*values, key))
-                elif conn.execute(self._sql.insert, (key, *values)).rowcount != 1:
-                    continue
-                if split is not None:
-                    conn.execute(self._sql.add_segment, (key, split.segment))
-                return summary
+                over = None if current is None else current.revision
+                done = self._write(conn, Record(planned, record.body), over)
+                if done is not None:
+                    return done
         raise ConflictError(
             f"key {key!r} was created and deleted by others while this write ran; "
             "nothing was written",
             key=key,
         )
 
-    def append(
-        self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
-    ) -> Summary | None:
-        params = {
-            "key": summary.key,
-            "run_id": summary.run_id,
-            "saved_at": summary.saved_at,
-            "owner": summary.owner,
-            "agent_id": summary.agent_id,
-            "failure_phase": summary.failure_phase,
-            "failure_iteration": summary.failure_iteration,
-            "message_count": summary.message_count,
-            "size": summary.size,
-            "head": split.head,
-            "digest": split.digest,
-            "segment": split.segment,
-            "base_revision": base_revision,
-            "base_digest": base_digest,
-            "segment_size": len(split.segment),
-            "max_segments": self.max_segments,
-            "chunk_bytes": self.chunk_bytes,
-        }
-        with self._connection("append") as conn:
-            row = conn.execute(self._sql.append, params).fetchone()
-            if row is not None:
-                return replace(summary, revision=row[0], owner=row[1])
-            # Nothing changed. Say why only when the owner alone refused it, as save would.
-            state = conn.execute(self._sql.split_state, (summary.key,)).fetchone()
-        if state is not None and state[:2] == (base_revision, base_digest):
-            resolve_owner(summary.key, state[3], summary.owner)  # raises: it was the owner
-        return None
+    def _write(self, conn: Connection, record: Record, over: int | None) -> Summary | None:
+        """``record`` as a new key (``over`` is ``None``) or over the stored record at
+        revision ``over``; ``None`` if the key exists, or is not at ``over``, or its owner
+        refuses it."""
+        summary = replace(record.summary, size=record.summary.size or len(record.body))
+        params = {**dict(zip(COLUMNS, summary.row(), strict=True)), "body": record.body}
+        statement = self._sql.insert if over is None else self._sql.update
+        row = conn.execute(statement, {**params, "revision": over}).fetchone()
+        return None if row is None else replace(summary, revision=row[0], owner=row[1])
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         with self._connection("drop") as conn:
@@ -398,6 +342,16 @@ class PostgresBackend(Closable):
                     f"postgres {operation} failed: {self._where} {missing} "
                     "with store.setup() (or `agent-checkpoint setup --store URL`)"
                 ) from exc
+
+
+def _record(row: Any) -> Record:
+    n = len(COLUMNS)
+    body, head, count, segments = row[n:]
+    if not body and head is not None:  # stored in segments by a version before the layer
+        whole = segments is not None and len(segments) == count
+        # a lost segment: the head alone, which reads unreadable
+        body = join_parts(head, b",".join(s for s in segments if s)) if whole else head
+    return Record(Summary(*row[:n]), bytes(body))
 
 
 def _namespace_table(table: str, name: str) -> str:
