@@ -56,6 +56,10 @@ INLINE_BYTES = 16 * 1024
 backend declares its own ``segment_inline_bytes`` (where rewriting more bytes per put costs
 less than a piece: one more round trip per read)."""
 
+PIECE_CACHE_BYTES = 16 * 1024 * 1024
+"""Piece contents a store keeps in memory (pieces are immutable): the writer's own reads of
+a long history then fetch only the layout record."""
+
 _READS = 8  # a reader racing writers that replace pieces reads the layout again this often
 
 
@@ -117,6 +121,7 @@ class Segmented(Closable):
         self.max_segments = max_segments
         self._pieces: Backend | None = None
         self._known: OrderedDict[str, tuple[int, Layout]] = OrderedDict()
+        self._contents = _Pieces(PIECE_CACHE_BYTES)
         self._lock = threading.Lock()
 
     # -- the five operations -----------------------------------------------------------
@@ -275,6 +280,7 @@ class Segmented(Closable):
             Record(_piece_summary(f"{key}#{piece}", key, len(content)), content),
             create_only=True,
         )
+        self._contents.put(f"{key}#{piece}", content)
         return Layout(
             (*pieces[:start], (piece, len(content))), layout.head, b"", layout.digest
         ), piece
@@ -289,20 +295,26 @@ class Segmented(Closable):
     def _read_pieces(self, key: str, pieces: list[str]) -> list[bytes | None]:
         """The contents of ``pieces`` (``None`` for one that is gone): one round trip where
         the backend reads several records at once (``Batched``), else one per piece."""
-        backend = self._pieces_backend()
         keys = [f"{key}#{piece}" for piece in pieces]
-        if not keys:
-            return []
-        if isinstance(backend, Batched) and len(keys) > 1:
-            records = backend.load_many(keys)
-        else:
-            records = [backend.load(k) for k in keys]
-        return [None if r is None else r.body for r in records]
+        found = [self._contents.get(k) for k in keys]
+        wanted = [k for k, content in zip(keys, found, strict=True) if content is None]
+        if wanted:
+            backend = self._pieces_backend()
+            if isinstance(backend, Batched) and len(wanted) > 1:
+                records = backend.load_many(wanted)
+            else:
+                records = [backend.load(k) for k in wanted]
+            read = {k: r.body for k, r in zip(wanted, records, strict=True) if r is not None}
+            for k, content in read.items():
+                self._contents.put(k, content)
+            found = [read.get(k) if c is None else c for k, c in zip(keys, found, strict=True)]
+        return found
 
     def _drop_pieces(self, key: str, pieces: Iterable[tuple[str, int]]) -> None:
         """Drop pieces no record refers to any longer; one that stays (a fault) is an orphan
         for ``collect_orphans``, never a reason to fail a write that landed."""
         for piece, _ in pieces:
+            self._contents.pop(f"{key}#{piece}")
             try:
                 self._pieces_backend().drop(f"{key}#{piece}")
             except Exception:
@@ -359,12 +371,16 @@ class Segmented(Closable):
 
     def _layout(self, key: str, *, revision: int | None = None) -> Layout | None:
         """The layout stored under ``key`` (at ``revision``, if given): remembered when this
-        layer committed it, else read."""
-        if revision is not None:
-            with self._lock:
-                known = self._known.get(key)
-            if known is not None and known[0] == revision:
-                return known[1]
+        layer committed it, else read.
+
+        A write that states no revision (``revision`` None) takes the remembered layout as
+        what it replaces, without a read: if another writer replaced it meanwhile, the pieces
+        of that writer's layout are left behind, for ``collect_orphans`` (nothing a record
+        refers to is ever dropped: the write replaces the record that referred to them)."""
+        with self._lock:
+            known = self._known.get(key)
+        if known is not None and revision in (None, known[0]):
+            return known[1]
         record = self.inner.load(key)
         if record is None or (revision is not None and record.summary.revision != revision):
             return None
@@ -380,6 +396,42 @@ class Segmented(Closable):
     def _forget(self, key: str) -> None:
         with self._lock:
             self._known.pop(key, None)
+
+
+class _Pieces:
+    """Contents of pieces this layer wrote or read, newest used kept, at most ``limit``
+    bytes in all. Safe to keep: a piece never changes and its id is never reused, so a
+    remembered piece is what the backend holds (or held, before a commit replaced it)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held: OrderedDict[str, bytes] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> bytes | None:
+        with self._lock:
+            content = self._held.get(key)
+            if content is not None:
+                self._held.move_to_end(key)
+            return content
+
+    def put(self, key: str, content: bytes) -> None:
+        if len(content) > self.limit // 4:
+            return  # one piece must not push out everything else
+        with self._lock:
+            if key in self._held:
+                return
+            self._held[key] = content
+            self._size += len(content)
+            while self._size > self.limit:
+                self._size -= len(self._held.popitem(last=False)[1])
+
+    def pop(self, key: str) -> None:
+        with self._lock:
+            content = self._held.pop(key, None)
+            if content is not None:
+                self._size -= len(content)
 
 
 def _piece_summary(piece_key: str, key: str, size: int) -> Summary:

@@ -190,7 +190,57 @@ def test_a_missing_piece_is_reported_naming_the_record_and_the_piece() -> None:
     victim = _pieces(backend)[0]
     backend.namespace(PIECES).drop(victim)
     with pytest.raises(UnreadableEnvelopeError, match=victim.partition("#")[2]):
-        store.get("k")
+        _store(backend).get("k")  # another process: the writer remembers what it wrote
+
+
+class LoadCounting(MemoryBackend):
+    """A memory backend that counts its loads (its namespaces' too)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loads: list[str] = []
+
+    def load(self, key: str) -> Record | None:
+        self.loads.append(key)
+        return super().load(key)
+
+    def namespace(self, name: str) -> MemoryBackend:
+        with self._lock:
+            return self._namespaces.setdefault(name, LoadCounting())
+
+
+def test_the_writer_reads_its_own_long_history_with_one_load_and_others_read_the_pieces() -> None:
+    backend = LoadCounting()
+    writer = _store(backend)
+    for ckpt in _grow(12):
+        writer.put(ckpt, key="k")
+    pieces = backend.namespace(PIECES)
+    assert isinstance(pieces, LoadCounting)
+    assert len(_pieces(backend)) >= 2
+    backend.loads.clear()
+    pieces.loads.clear()
+    got = writer.get("k")
+    assert got is not None and got.history == _grow(12)[-1].history
+    assert (backend.loads, pieces.loads) == (["k"], [])  # pieces are immutable: remembered
+    reader = _store(backend)
+    again = reader.get("k")
+    assert again is not None and again.history == got.history
+    assert sorted(pieces.loads) == sorted(_pieces(backend))
+
+
+def test_a_put_that_states_no_revision_replaces_the_remembered_layout_without_a_read() -> None:
+    backend = LoadCounting()
+    store = _store(backend)
+    for ckpt in _grow(8):
+        store.put(ckpt, key="k")
+    before = set(_pieces(backend))
+    assert before
+    backend.loads.clear()
+    store.put(RunCheckpoint.new("m", (Message("user", "edited"),), run_id="r"), key="k")
+    assert backend.loads == []  # the layout it replaced was remembered
+    assert not before & set(_pieces(backend))  # and its pieces dropped
+    store.delete("k")
+    assert backend.loads == [] and _pieces(backend) == []
 
 
 def test_reads_never_see_a_torn_history_while_pieces_merge() -> None:
