@@ -1,8 +1,15 @@
 """Growing histories on any backend: the store-side segment layer.
 
-A backend that offers only the five record operations and ``namespace`` still gets puts that
-cost O(new messages): the ``Store`` wraps it in ``Segmented``, which gives it the ``Appending``
-capability (``backends/segments.py``) built from records alone.
+An agent that checkpoints after every iteration writes a history that only grows. A backend
+that offers only the five record operations and ``namespace`` still gets puts that cost
+O(new messages): the ``Store`` wraps it in ``Segmented``, which adds ``save_split`` and
+``append`` built from records alone; the ``Writer`` (``store_writes.py``) and the ``Appender``
+(``appender.py``) drive it. The extension is proven, not assumed: each layout carries a hash
+chain over its history content (``chain``), and ``append`` applies only when the stored
+revision and digest are the ones the writer extended; otherwise it changes nothing and
+returns ``None``, and the writer falls back to a whole write. ``load`` always returns the
+assembled bytes, identical to what a whole write would have stored, so readers, ``copy``,
+``migrate`` and the CLI never see pieces.
 
 A record whose history is stored in pieces is a *layout record*: its body starts with
 ``MAGIC`` (a NUL byte: no JSON text or sealed container starts with one), then one line of
@@ -34,18 +41,31 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
+import xxhash
 
 from .backends.base import Backend, Batched, Closable, Query, Record, Summary
-from .backends.segments import GAP, Split, merge, merge_start
+from .codec import GAP
 from .errors import BackendUnavailableError, ConflictError, UnreadableEnvelopeError
 from .model import now_ms
 
-__all__ = ["INLINE_BYTES", "MAGIC", "PIECES", "Layout", "Segmented"]
+__all__ = [
+    "INLINE_BYTES",
+    "MAGIC",
+    "PIECES",
+    "Collecting",
+    "Layout",
+    "Segmented",
+    "Split",
+    "assemble",
+    "chain",
+    "merge",
+    "merge_start",
+]
 
 MAGIC = b"\x00ACS1\n"
 PIECES = "segments"
@@ -61,6 +81,61 @@ PIECE_CACHE_BYTES = 16 * 1024 * 1024
 a long history then fetch only the layout record."""
 
 _READS = 8  # a reader racing writers that replace pieces reads the layout again this often
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """A record in pieces: ``head`` holds one ``GAP``; ``segment`` is history content written
+    now; ``digest`` is the chain over every stored segment, this one included."""
+
+    head: bytes
+    segment: bytes
+    digest: str
+
+
+def chain(previous: str, segment: bytes) -> str:
+    """The digest after appending ``segment`` to a record whose digest was ``previous``."""
+    h = xxhash.xxh3_128(previous.encode())
+    h.update(b"|")
+    h.update(segment)
+    return h.hexdigest()
+
+
+def merge(segments: list[bytes]) -> bytes:
+    """Segments joined into one: the history array's contents they hold, in order."""
+    return b",".join(s for s in segments if s)
+
+
+def merge_start(sizes: Sequence[int], limit: int) -> int:
+    """Where the segments to merge start, for a record holding ``sizes`` (oldest first) that
+    must make room for one more under ``limit``: the newest run of at least two segments, each
+    earlier segment joining it while it is no larger than the run so far. A history grown one
+    message at a time then holds segments whose sizes grow geometrically towards the oldest,
+    so a byte is merged again only when the run has caught up with it, and the segment
+    count stays under the limit without rewriting the whole history on every merge."""
+    start = max(min(len(sizes), limit) - 2, 0)
+    run = sum(sizes[start:])
+    while start > 0 and sizes[start - 1] <= run:
+        start -= 1
+        run += sizes[start]
+    return start
+
+
+def assemble(head: bytes, segments: list[bytes]) -> bytes:
+    """The record's bytes: the head with the non-empty segments joined into its gap."""
+    before, _, after = head.partition(GAP)
+    return before + merge(segments) + after
+
+
+@runtime_checkable
+class Collecting(Protocol):
+    """Optional: segments kept as objects of their own, which a writer that died between
+    uploading a segment and committing its record leaves behind, referenced by no record."""
+
+    def collect_orphans(self, *, delete: bool = False, grace: float = 300.0) -> int:
+        """How many segment objects older than ``grace`` seconds no record refers to; with
+        ``delete``, remove them. Younger ones may belong to a write still in flight."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +180,8 @@ class Layout:
 
 
 class Segmented(Closable):
-    """A backend with ``Appending`` made of the five record operations of ``inner`` and its
-    ``segments`` namespace (see the module docstring). Everything else passes through."""
+    """``inner`` with ``save_split`` and ``append`` made of its five record operations and
+    its ``segments`` namespace (see the module docstring). Everything else passes through."""
 
     def __init__(
         self, inner: Any, *, inline_bytes: int | None = None, max_segments: int = 16
@@ -200,7 +275,7 @@ class Segmented(Closable):
     def closed(self) -> bool:
         return getattr(self.inner, "closed", False) is True
 
-    # -- Appending -----------------------------------------------------------------------
+    # -- growing histories ---------------------------------------------------------------
 
     def save_split(
         self,
@@ -210,6 +285,8 @@ class Segmented(Closable):
         expect_revision: int | None = None,
         create_only: bool = False,
     ) -> Summary:
+        """``save``, storing ``split`` as the record's head and its history content.
+        ``record.body`` is empty: ``record.summary.size`` is the size of the assembled bytes."""
         old = None if create_only else self._layout(record.key, revision=expect_revision)
         layout = Layout((), split.head, split.segment, split.digest)
         return self._commit(record, layout, old, expect_revision, create_only)
@@ -217,6 +294,10 @@ class Segmented(Closable):
     def append(
         self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
     ) -> Summary | None:
+        """Atomically, if the stored record is at ``base_revision`` with ``base_digest``:
+        ``plan_save``'s rules (``summary.size``, the assembled size, kept), the head replaced
+        and ``split.segment`` added to the history. Otherwise change nothing and return
+        ``None``: another write came between, and the writer writes whole."""
         key = summary.key
         base = self._layout(key, revision=base_revision)
         if base is None or base.digest != base_digest:

@@ -1,4 +1,4 @@
-"""Incremental writes of growing histories, for backends with the ``Appending`` capability.
+"""Incremental writes of growing histories, through the store's segment layer (``_segments.py``).
 
 The Store remembers, per key, the history it last wrote (the message objects themselves), that
 record's revision and the digest of its segments. A put whose history starts with exactly
@@ -14,8 +14,8 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from ._segments import Split, chain
 from .backends.base import Summary
-from .backends.segments import Split, chain
 from .codec import GAP, Digest, count_messages, digest_of, encode_parts, join_parts
 from .model import Message, RunCheckpoint
 from .validation import validate_checkpoint, validate_messages

@@ -18,10 +18,9 @@ from typing import Any, TypeVar
 
 import orjson
 
-from ._segments import Segmented
+from ._segments import Collecting, Segmented
 from .backends import open_backend
 from .backends.base import Backend, Namespaced, Query, Record, Repairable, Summary, closed_error
-from .backends.segments import Appending, Collecting
 from .claims import Access, Claim, LeaseInfo, live_leases
 from .codec import Codec
 from .container import Compression, Keyring, Sealer
@@ -103,11 +102,12 @@ class Store:
         self.retry = retry or RetryPolicy()
         self._clock = clock
         self._closed = False
-        # what every read and write goes through: the backend itself where it stores
-        # growing histories its own way, else the store-side segment layer over it
+        # what every read and write goes through: the store-side segment layer over the
+        # backend (it keeps growing histories in pieces: _segments.py), where the backend
+        # has namespaces for them; without, every put writes the whole record
         self._records: Backend = (
             Segmented(backend)
-            if isinstance(backend, Namespaced) and not isinstance(backend, Appending)
+            if isinstance(backend, Namespaced) and not isinstance(backend, Segmented)
             else backend
         )
         self._writer = Writer(self._records, self._call, max_record_bytes)

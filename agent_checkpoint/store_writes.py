@@ -1,6 +1,6 @@
 """How a ``put`` reaches the backend (``store.py`` holds the Store and its contract): a full
-save, or on an ``Appending`` backend an append of only the messages past the history last
-written (``appender.py`` keeps that bookkeeping); each under the Store's retry policy, with a
+save, or through the segment layer (``Segmented``) an append of only the messages past the
+history last written (``appender.py`` keeps that bookkeeping); each under the Store's retry policy, with a
 retried write whose first attempt landed recognised as landed, not reported as a conflict.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
+from ._segments import Segmented, Split
 from .appender import Appender
 from .backends.base import Backend, Record, Summary
-from .backends.segments import Appending, Split
 from .codec import Digest
 from .errors import ConflictError, RecordTooLargeError, WriteOutcomeUnknownError
 from .model import RunCheckpoint
@@ -84,7 +84,7 @@ class Writer:
     def __init__(self, backend: Backend, call: Caller, max_record_bytes: int | None) -> None:
         self.backend = backend
         # Checked once: a runtime-checkable Protocol's isinstance costs ~10 us a put.
-        self.appending = backend if isinstance(backend, Appending) else None
+        self.appending = backend if isinstance(backend, Segmented) else None
         self.appender = Appender()
         self.max_record_bytes = max_record_bytes
         self._call = call

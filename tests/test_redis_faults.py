@@ -94,7 +94,7 @@ def test_an_exhausted_retry_budget_raises_the_library_error_with_the_driver_caus
             ("load", lambda: store.put(checkpoint(), key="during")),  # see PUT
             ("load", lambda: store.get("before")),
             ("scan", lambda: store.list()),
-            ("load", lambda: store.delete("before")),  # the layer reads the pieces to drop
+            ("drop", lambda: store.delete("before")),  # its layout is remembered: no read
             ("drop", lambda: store.backend.drop("before")),
         ]
         with proxy.refusing():

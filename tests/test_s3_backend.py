@@ -523,8 +523,8 @@ def test_an_exhausted_retry_budget_raises_the_library_error_with_the_driver_caus
             ("load", lambda: store.get("before")),
             ("head", lambda: store.head("before")),
             ("scan", lambda: store.list()),
-            # the segment layer reads the record it drops first (which pieces it holds)
-            ("load", lambda: store.delete("before")),
+            ("load", lambda: store.put(checkpoint(), key="during")),  # a key it never wrote
+            ("drop", lambda: store.delete("before")),  # its layout is remembered: no read
             ("drop", lambda: store.backend.drop("before")),  # type: ignore[attr-defined]
         ]
         with proxy.refusing():

@@ -19,6 +19,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
+from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
 from ..errors import BackendError, BackendUnavailableError
 from .base import translate_errors
@@ -28,7 +29,9 @@ R = TypeVar("R")
 
 NAME = "s3"
 PAGE = 1000
-TRANSIENT = (BotoConnectionError, HTTPClientError, IncompleteReadError)
+# urllib3's: botocore reads an error reply's body (a 404's, say) without wrapping what a
+# reset mid-body raises (seen in the fault campaign: "Connection broken: ConnectionResetError")
+TRANSIENT = (BotoConnectionError, HTTPClientError, IncompleteReadError, Urllib3HTTPError)
 THROTTLED = frozenset(
     {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestLimitExceeded"}
     | {"TooManyRequests", "ServiceUnavailable", "InternalError"}

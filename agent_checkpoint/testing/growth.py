@@ -9,9 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from .._segments import Segmented
+from .._segments import Segmented, Split, assemble, chain
 from ..backends.base import Record, Summary
-from ..backends.segments import Appending, Split, assemble, chain
 from ..errors import ConflictError, OwnershipConflictError
 from ..model import Message, RunCheckpoint
 from ..store import Store
@@ -181,17 +180,18 @@ class GrowingHistoryConformance:
 
 
 def _appending(store: Store) -> Any:
-    """What stores the store's growing histories: the backend's own ``Appending``, else the
-    store's segment layer over it (a backend without namespaces has neither: skipped)."""
+    """What stores the store's growing histories: the store's segment layer over its backend
+    (a backend without namespaces has none: skipped); a ``Segmented`` passed as the backend
+    is used as it is."""
     backend = store.backend
-    if isinstance(backend, Appending):
-        return backend  # the backend's own (save, load, save_split and append)
+    if isinstance(backend, Segmented):
+        return backend
     skip_without_namespaces(store)
     return Segmented(backend)
 
 
 class AppendingConformance:
-    """The ``Appending`` capability itself (``segments.py``), for backends that have it: an
+    """The segment layer's ``append`` over the backend (``_segments.py``): an
     append applies to exactly the record it extends, or changes nothing."""
 
     def test_an_append_applies_only_to_the_record_it_extends(self, store: Store) -> None:

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_checkpoint import Store
-from agent_checkpoint.backends.segments import Appending
 from agent_checkpoint.errors import BackendUnavailableError
 from agent_checkpoint.testing import checkpoint
 from support.faultproxy import FaultProxy
@@ -39,20 +38,9 @@ class CountingBackend:
         return self._counted(lambda: self.inner.save(record, **options))
 
 
-class CountingAppendingBackend(CountingBackend):
-    """``CountingBackend`` for an ``Appending`` backend: its segment writes count too."""
-
-    def save_split(self, record: Any, split: Any, **options: Any) -> Any:
-        return self._counted(lambda: self.inner.save_split(record, split, **options))
-
-    def append(self, summary: Any, split: Any, **options: Any) -> Any:
-        return self._counted(lambda: self.inner.append(summary, split, **options))
-
-
 def count_faults(backend: Any) -> CountingBackend:
-    """``backend`` wrapped to count its transient faults, ``Appending`` exactly when it is."""
-    if isinstance(backend, Appending):
-        return CountingAppendingBackend(backend)
+    """``backend`` wrapped to count its transient faults (the Store's segment layer commits
+    every write with a ``save``, so those are all of them)."""
     return CountingBackend(backend)
 
 
