@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from ..errors import BackendError, ConflictError, InvalidKeyError, MissingDependencyError
-from .base import Closable, Query, Record, Summary, plan_save, translate_errors
+from .base import Closable, Query, Record, Summary, translate_errors
 from .objects import (
     PEEK,
     TRANSIENT,
@@ -38,7 +38,6 @@ from .objects import (
     is_grave,
     key_name,
     legacy,
-    next_revision,
     reserved_root,
     segments_of,
 )
@@ -127,12 +126,8 @@ class FsspecBackend(Closable):
         name = key_name(record.key)
         with self._lock:
             fields = self._headers([name], "save")[0]
-            summary = plan_save(
-                self._layout.summary_of(fields, name, "save"),
-                record,
-                expect_revision=expect_revision,
-                create_only=create_only,
-                revision=next_revision(fields),
+            summary = self._layout.plan(
+                fields, name, record, expect_revision=expect_revision, create_only=create_only
             )
             token = secrets.token_hex(8)
             entry = self._layout.entry_path(summary, name, token)
@@ -223,20 +218,15 @@ class FsspecBackend(Closable):
                     data = self.fs.cat_file(path)
                 except FileNotFoundError:
                     return None
-            fields, body = self._layout.split(data, path, operation)
-            if is_grave(fields):
-                return None
-            record = Record(self._layout.current(fields, name, operation).summary, body)
-            segs = segments_of(fields)
-            if segs is None:
+            fields, record, paths = self._layout.read(data, path, name, operation)
+            if record is None or paths is None:
                 return record
-            paths = [self._layout.segment_path(name, str(sid)) for sid, _ in segs]
             with self._translate(operation):
                 found = self.fs.cat(paths, on_error="return")
             parts = [found.get(p) if isinstance(found, dict) else found for p in paths]
             held = [part for part in parts if isinstance(part, bytes)]
             if len(held) == len(parts):
-                return Record(record.summary, legacy(fields, body, held))
+                return Record(record.summary, legacy(fields, record.body, held))
             # A segment is gone: a write that replaced the record since deleted it. If the
             # record is still the one read, it was lost: the head alone reads as unreadable.
             again = self._headers([name], operation)[0]

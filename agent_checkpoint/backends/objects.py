@@ -46,7 +46,7 @@ import orjson
 
 from ..codec import join_parts
 from ..errors import BackendError, InvalidKeyError
-from .base import Query, Summary, is_after, matches
+from .base import Query, Record, Summary, is_after, matches, plan_save
 
 WIDTH = 17
 OFFSET = 10_000_000_000_000_000  # savedAt from -OFFSET up to 9 * OFFSET fits WIDTH digits
@@ -235,6 +235,39 @@ class Layout:
         if fields is None or is_grave(fields):
             return None
         return self.current(fields, name, operation).summary
+
+    def plan(
+        self,
+        fields: dict[str, Any] | None,
+        name: str,
+        record: Record,
+        *,
+        expect_revision: int | None,
+        create_only: bool,
+    ) -> Summary:
+        """``plan_save`` of ``record`` over the record whose header is ``fields``."""
+        return plan_save(
+            self.summary_of(fields, name, "save"),
+            record,
+            expect_revision=expect_revision,
+            create_only=create_only,
+            revision=next_revision(fields),
+        )
+
+    def read(
+        self, data: bytes, path: str, name: str, operation: str
+    ) -> tuple[dict[str, Any], Record | None, list[str] | None]:
+        """A record object's header fields, its record (``None`` for a tombstone), and the
+        paths of the segment objects version 0.4 wrote its history to (``None``: none; the
+        record's bytes are then whole, else its body is their head: ``legacy``)."""
+        fields, body = self.split(data, path, operation)
+        if is_grave(fields):
+            return fields, None, None
+        record = Record(self.current(fields, name, operation).summary, body)
+        segs = segments_of(fields)
+        if segs is None:
+            return fields, record, None
+        return fields, record, [self.segment_path(name, str(sid)) for sid, _ in segs]
 
     def split(self, data: bytes, path: str, operation: str) -> tuple[dict[str, Any], bytes]:
         """A record object's header fields and the bytes after the header line."""

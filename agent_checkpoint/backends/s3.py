@@ -38,8 +38,8 @@ from urllib.parse import parse_qsl, urlsplit
 import orjson
 
 from ..errors import ConflictError, InvalidKeyError
-from .base import Query, Record, Summary, plan_save
-from .objects import Entry, Layout, grave_fields, is_grave, key_name, next_revision, reserved_root
+from .base import Query, Record, Summary
+from .objects import Entry, Layout, grave_fields, is_grave, key_name, reserved_root
 from .s3_bucket import NAME, Bucket, connect
 from .s3_records import Known, Records, pack
 from .s3_writes import Write
@@ -151,12 +151,12 @@ class S3Backend:
             for _ in range(RACES):
                 fields = current.fields if current else None
                 try:
-                    summary = plan_save(
-                        self._layout.summary_of(fields, name, "save"),
+                    summary = self._layout.plan(
+                        fields,
+                        name,
                         record,
                         expect_revision=expect_revision,
                         create_only=create_only,
-                        revision=next_revision(fields),
                     )
                 except ConflictError:
                     if verified:

@@ -17,7 +17,7 @@ import orjson
 
 from ..errors import BackendError
 from .base import Record
-from .objects import PEEK, Current, Layout, is_grave, legacy, segments_of
+from .objects import PEEK, Current, Layout, is_grave, legacy
 from .s3_bucket import NAME, Bucket
 
 READS = 32
@@ -61,17 +61,13 @@ class Records:
             got = self.bucket.get(path, operation)
             if got is None:
                 return None
-            fields, body = self.layout.split(got[0], path, operation)
-            if is_grave(fields):
-                return None
-            record = Record(self.layout.current(fields, name, operation).summary, body)
-            segs = segments_of(fields)
-            if segs is None:
+            fields, record, paths = self.layout.read(got[0], path, name, operation)
+            if record is None or paths is None:
                 return record
-            paths = [self.layout.segment_path(name, str(sid)) for sid, _ in segs]
             parts = self.bucket.map(lambda p: self.bucket.get(p, operation), paths, nested=True)
             if all(part is not None for part in parts):
-                return Record(record.summary, legacy(fields, body, [p[0] for p in parts if p]))
+                whole = legacy(fields, record.body, [p[0] for p in parts if p])
+                return Record(record.summary, whole)
             # A segment is gone: a write that replaced this record since deleted it. If the
             # record is still the one read, it was lost: the head alone reads as unreadable.
             again = self.known(name, operation)
