@@ -48,7 +48,7 @@ from typing import Any, Protocol, runtime_checkable
 import orjson
 import xxhash
 
-from .backends.base import Backend, Batched, Closable, Query, Record, Summary
+from .backends.base import Backend, Batched, Closable, Forgetting, Query, Record, Summary
 from .codec import GAP
 from .errors import BackendUnavailableError, ConflictError, UnreadableEnvelopeError
 from .model import now_ms
@@ -394,10 +394,12 @@ class Segmented(Closable):
     def _drop_pieces(self, key: str, pieces: Iterable[tuple[str, int]]) -> None:
         """Drop pieces no record refers to any longer; one that stays (a fault) is an orphan
         for ``collect_orphans``, never a reason to fail a write that landed."""
+        backend = self._pieces_backend()
+        remove = backend.forget if isinstance(backend, Forgetting) else backend.drop
         for piece, _ in pieces:
             self._contents.pop(f"{key}#{piece}")
             try:
-                self._pieces_backend().drop(f"{key}#{piece}")
+                remove(f"{key}#{piece}")
             except Exception:
                 return
 

@@ -338,6 +338,8 @@ def test_merges_deletes_and_whole_writes_leave_no_piece_behind(root: str) -> Non
     assert live_pieces(backend) == referenced(backend, "b")
     assert store.delete("b") is True
     assert live_pieces(backend) == set()
+    # a replaced piece goes whole (its key is never used again): no tombstone is left
+    assert backend.fs.find(f"{root}/_{PIECES}") == []
     assert store.get("b") is None and store.get_record("a").body == record.body  # type: ignore[union-attr]
 
 

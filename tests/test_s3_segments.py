@@ -542,6 +542,8 @@ def test_delete_retention_and_whole_writes_remove_the_pieces(client: Any, prefix
     assert live_pieces(backend) == set()
     assert objects(client, prefix, "index") == {}
     assert objects(client, prefix, f"_{PIECES}/index") == {}
+    # a replaced piece goes whole (its key is never used again): no tombstone is left
+    assert objects(client, prefix, f"_{PIECES}/records") == {}
 
 
 def test_verify_store_counts_orphaned_pieces_and_repair_removes_them(

@@ -44,6 +44,7 @@ from ..errors import (
 __all__ = [
     "Backend",
     "Batched",
+    "Forgetting",
     "Namespaced",
     "Query",
     "Record",
@@ -195,6 +196,18 @@ class Batched(Protocol):
 
     def load_many(self, keys: Sequence[str]) -> list[Record | None]:
         """``[load(k) for k in keys]``, in one round trip where the server allows it."""
+        ...
+
+
+@runtime_checkable
+class Forgetting(Protocol):
+    """Optional, for backends whose ``drop`` leaves a tombstone (so that a key's revisions
+    never repeat): remove a record whose key is never written again, leaving nothing. The
+    segment layer removes replaced pieces with it (a piece key is used once); without it,
+    each replaced piece leaves a tombstone behind."""
+
+    def forget(self, key: str) -> None:
+        """Remove ``key``'s record and its index entry, if any; no tombstone."""
         ...
 
 

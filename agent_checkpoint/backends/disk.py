@@ -260,6 +260,18 @@ class DiskBackend(Closable):
             self._files.prune_segments(key, None)
             return True
 
+    @_translating("forget")
+    def forget(self, key: str) -> None:
+        """Remove ``key``'s record file and index entry, leaving no tombstone (``Forgetting``:
+        for keys never written again, such as the segment layer's pieces)."""
+        with self._locked(key):
+            if self._current(key)[0] is None:
+                return
+            self._index.mark_pending(key)
+            self._files.remove(key)
+            self._index.update(key, None)
+            self._files.prune_segments(key, None)
+
     @_translating("scan")
     def scan(self, query: Query) -> list[Summary]:
         self._reconcile()

@@ -178,6 +178,11 @@ class RecordFiles:
         """Replace the record file atomically: temp file, fsync, rename, folder fsync."""
         self.write_whole(key, header + b"\n" + body)
 
+    def remove(self, key: str) -> None:
+        """Remove the record file, durably."""
+        self.path(key).unlink(missing_ok=True)
+        self.fsync_dir(self.records)
+
     def write_whole(self, key: str, data: bytes) -> None:
         target = self.path(key)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")

@@ -163,6 +163,18 @@ class FsspecBackend(Closable):
             self._forget(self._layout.superseded(name, fields))
             return True
 
+    def forget(self, key: str) -> None:
+        """Remove ``key``'s record and index entry, leaving no tombstone (``Forgetting``: for
+        keys never written again, such as the segment layer's pieces)."""
+        name = key_name(key)
+        with self._lock:
+            fields = self._headers([name], "forget")[0]
+            if fields is None:
+                return
+            with self._translate("forget"):
+                self.fs.rm_file(self._records + name)  # first: an entry alone is skipped
+            self._forget(self._layout.superseded(name, fields))
+
     def scan(self, query: Query) -> list[Summary]:
         return self._layout.scan(query, self._entries, lambda n: self._fetch_many(n, "scan"))
 

@@ -196,6 +196,18 @@ class S3Backend:
             current, verified = self._records.header(name, "drop"), True
         raise ConflictError(f"key {key!r} changed under {RACES} attempts to drop it", key=key)
 
+    def forget(self, key: str) -> None:
+        """Remove ``key``'s record object and index entry, leaving no tombstone
+        (``Forgetting``: for keys never written again, such as the segment layer's pieces)."""
+        self._check("forget")
+        name = key_name(key)
+        current = self._records.recall(name) or self._records.header(name, "forget")
+        self._records.forget(name)
+        if current is None:
+            return
+        self._bucket.delete([self._layout.record_path(name)], "forget")  # first: see fsspec
+        self._records.delete_later(self._layout.superseded(name, current.fields))
+
     def _live_revision(self, known: Known | None, name: str) -> int | None:
         if known is None or is_grave(known.fields):
             return None
