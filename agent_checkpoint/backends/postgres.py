@@ -89,6 +89,11 @@ NAME = "postgres"
 
 class PostgresBackend(Closable):
     name = NAME
+    segment_inline_bytes = 4096
+    """Each put of a growing history rewrites the record row with its inline history, and
+    every row version stays in the table until vacuum: checkpointing after every message to
+    1,000 stored 5.4 MB at the layer's default 16 KiB and 2.9 MB at 4 KiB, in the same time
+    (3.5 s each, two runs; 2 KiB 2.9 MB, 1 KiB 3.0 MB and slower)."""
 
     def __init__(
         self,
