@@ -63,6 +63,7 @@ PUBLIC = [
     "RetryPolicy",
     "RunCheckpoint",
     "RunCheckpointError",
+    "Sealer",
     "Store",
     "StoreClosedError",
     "StoreError",
@@ -103,15 +104,15 @@ PUBLIC = [
 INTERNAL_SIGNALS = {
     # raised and caught inside the PostgreSQL backend (driver-typed, so psycopg's pool handles
     # them); what escapes is a BackendError
-    "agent_checkpoint.backends.postgres_connections.ReadTimeoutError",
-    "agent_checkpoint.backends.postgres_connections.CannotConnectError",
+    "agent_checkpoint.backends._postgres_connections.ReadTimeoutError",
+    "agent_checkpoint.backends._postgres_connections.CannotConnectError",
     # the CLI's one-line failure with its exit code, caught by cli.main
-    "agent_checkpoint.cli._common.CommandError",
+    "agent_checkpoint._cli._common.CommandError",
     # a typed field holding another shape: the model keeps the value verbatim instead
-    "agent_checkpoint.model._struct.Mismatch",
+    "agent_checkpoint._model._struct.Mismatch",
     # the JSON reader's depth refusal, turned into MalformedTranscriptError or
     # UnreadableEnvelopeError by its callers
-    "agent_checkpoint.transcripts.jsonio.TooDeepError",
+    "agent_checkpoint.transcripts._jsonio.TooDeepError",
 }
 
 
