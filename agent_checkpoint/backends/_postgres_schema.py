@@ -64,7 +64,7 @@ MIGRATIONS: tuple[Step, ...] = (
         3,
         "history segments",
         (
-            # A record stored in segments (see segments.py) has an empty ``body``, its head in
+            # A record stored in segments (see _segments.py) has an empty ``body``, its head in
             # ``head``, the digest of its segments in ``digest`` and their count in
             # ``segments``; the three are NULL for a record stored whole. A non-empty ``body``
             # always wins, so a whole write by an older library (which sets ``body`` alone)
