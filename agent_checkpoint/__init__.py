@@ -9,12 +9,10 @@ default; Redis, PostgreSQL, S3 or any fsspec URL), and resume from it later, any
     store.put(RunCheckpoint.new("hello", [Message("user", "hello")]))
 """
 
-from .backends import register_backend
-from .backends.base import Backend, Query, Record, Summary
-from .claims import Claim, LeaseInfo
-from .codec import Codec
-from .container import KEYS_ENV, Keyring, keyring_from_env
-from .envelope import (
+from ._claims import Claim, LeaseInfo
+from ._codec import Codec
+from ._container import KEYS_ENV, Keyring, Sealer, keyring_from_env
+from ._envelope import (
     Envelope,
     PausedRun,
     check_envelope,
@@ -23,6 +21,41 @@ from .envelope import (
     to_envelope,
     to_paused_envelope,
 )
+from ._maintenance import (
+    CopyReport,
+    MigrateReport,
+    RekeyReport,
+    copy_records,
+    migrate_records,
+    rekey_records,
+)
+from ._migrations import Migrations
+from ._model import (
+    AgentRef,
+    EvidenceRecovery,
+    FailurePoint,
+    FoldedSpan,
+    Identity,
+    Message,
+    OriginalInput,
+    RunCheckpoint,
+    ThinkingBlock,
+    ToolCall,
+    fnv1a,
+)
+from ._store import (
+    DEFAULT_STORE_PATH,
+    STORE_ENV,
+    Forgotten,
+    Page,
+    RetryPolicy,
+    Store,
+    VerifyReport,
+    open_store,
+)
+from ._validation import validate_checkpoint
+from .backends import register_backend
+from .backends._base import Backend, Query, Record, Summary
 from .errors import (
     BackendError,
     BackendUnavailableError,
@@ -60,28 +93,6 @@ from .errors import (
     WriteOutcomeUnknownError,
     WrongEnvelopeKindError,
 )
-from .maintenance import (
-    CopyReport,
-    MigrateReport,
-    RekeyReport,
-    copy_records,
-    migrate_records,
-    rekey_records,
-)
-from .migrations import Migrations
-from .model import (
-    AgentRef,
-    EvidenceRecovery,
-    FailurePoint,
-    FoldedSpan,
-    Identity,
-    Message,
-    OriginalInput,
-    RunCheckpoint,
-    ThinkingBlock,
-    ToolCall,
-    fnv1a,
-)
 from .resume import (
     ResumeSeed,
     WorkerReport,
@@ -90,17 +101,6 @@ from .resume import (
     resume_failed_runs,
     resume_on_error,
 )
-from .store import (
-    DEFAULT_STORE_PATH,
-    STORE_ENV,
-    Forgotten,
-    Page,
-    RetryPolicy,
-    Store,
-    VerifyReport,
-    open_store,
-)
-from .validation import validate_checkpoint
 
 __version__ = "0.4.0"
 
@@ -156,6 +156,7 @@ __all__ = [
     "RetryPolicy",
     "RunCheckpoint",
     "RunCheckpointError",
+    "Sealer",
     "Store",
     "StoreClosedError",
     "StoreError",

@@ -3,8 +3,8 @@
 An agent that checkpoints after every iteration writes a history that only grows. A backend
 that offers only the five record operations and ``namespace`` still gets puts that cost
 O(new messages): the ``Store`` wraps it in ``Segmented``, which adds ``save_split`` and
-``append`` built from records alone; the ``Writer`` (``store_writes.py``) and the ``Appender``
-(``appender.py``) drive it. The extension is proven, not assumed: each layout carries a hash
+``append`` built from records alone; the ``Writer`` (``_store_writes.py``) and the ``Appender``
+(``_appender.py``) drive it. The extension is proven, not assumed: each layout carries a hash
 chain over its history content (``chain``), and ``append`` applies only when the stored
 revision and digest are the ones the writer extended; otherwise it changes nothing and
 returns ``None``, and the writer falls back to a whole write. ``load`` always returns the
@@ -48,10 +48,10 @@ from typing import Any, Protocol, runtime_checkable
 import orjson
 import xxhash
 
-from .backends.base import Backend, Batched, Closable, Forgetting, Query, Record, Summary
-from .codec import GAP
+from ._codec import GAP
+from ._model import now_ms
+from .backends._base import Backend, Batched, Closable, Forgetting, Query, Record, Summary
 from .errors import BackendUnavailableError, ConflictError, UnreadableEnvelopeError
-from .model import now_ms
 
 __all__ = [
     "INLINE_BYTES",

@@ -105,7 +105,7 @@ class RunCheckpointError(CheckpointError):
     code = "ERR_RUN_CHECKPOINT"
 
     def __init__(self, cause: BaseException, checkpoint: Any) -> None:
-        from .resume.failure import describe_failure  # the message needs the model
+        from .resume._failure import describe_failure  # the message needs the model
 
         super().__init__(describe_failure(cause, checkpoint))
         self.checkpoint = checkpoint
@@ -114,7 +114,7 @@ class RunCheckpointError(CheckpointError):
 
 class InvalidCheckpointError(CheckpointError, TypeError):
     """The validation door refused a record, with the runtime's message word for word; or the
-    writer did (``writable.py``: what JSON and every backend hold), naming the rule and where
+    writer did (``_writable.py``: what JSON and every backend hold), naming the rule and where
     in the envelope the value is."""
 
     code = "ERR_INVALID_CHECKPOINT"

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent_checkpoint import open_store
-from agent_checkpoint.cli import main as cli
+from agent_checkpoint._cli import main as cli
 from agent_checkpoint.testing import checkpoint, stamped
 
 

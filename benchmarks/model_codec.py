@@ -27,8 +27,8 @@ import workload
 
 from agent_checkpoint import RunCheckpoint
 
-try:  # histories typed before are remembered (since model/_history.py): time a first typing
-    from agent_checkpoint.model._history import TYPED
+try:  # histories typed before are remembered (since _model/_history.py): time a first typing
+    from agent_checkpoint._model._history import TYPED
 
     forget = TYPED.clear
 except ImportError:

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from servers import Cleanup, S3Server, s3_drop_bucket, start_s3, unique
 
 from agent_checkpoint import Store
-from agent_checkpoint.backends.s3 import S3Backend
-from agent_checkpoint.model import Message
+from agent_checkpoint._model import Message
+from agent_checkpoint.backends._s3 import S3Backend
 from agent_checkpoint.testing import checkpoint
 
 COUNTED = ("put_object", "get_object", "head_object", "delete_object", "delete_objects",

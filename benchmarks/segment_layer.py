@@ -26,8 +26,8 @@ import servers
 from workload import conversation, ours
 
 from agent_checkpoint import Store, open_store
+from agent_checkpoint._model import RunCheckpoint
 from agent_checkpoint._segments import Segmented
-from agent_checkpoint.model import RunCheckpoint
 
 _S3: list[Any] = []  # the run's SeaweedFS and its client, started on first use
 

@@ -109,7 +109,7 @@ def message_json(turn: Turn) -> dict[str, Any]:
 def ours(turns: tuple[Turn, ...]) -> list[Any]:
     """``agent_checkpoint.Message`` values."""
     from agent_checkpoint import Message
-    from agent_checkpoint.model import ToolCall
+    from agent_checkpoint._model import ToolCall
 
     out = []
     for t in turns:

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from agent_checkpoint import open_store
-from agent_checkpoint.claims import Claim
-from agent_checkpoint.model import RunCheckpoint
-from agent_checkpoint.resume import ResumeSeed, resume_failed_runs
+from agent_checkpoint import Claim, ResumeSeed, RunCheckpoint, open_store, resume_failed_runs
 
 
 def run_agent(seed: ResumeSeed, claim: Claim) -> RunCheckpoint:

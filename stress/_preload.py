@@ -9,11 +9,11 @@ import warnings
 # A worker re-imports the main module (``python -m stress.<name>``) under another name.
 warnings.filterwarnings("ignore", category=RuntimeWarning, message=".*found in sys.modules")
 
-import agent_checkpoint.backends.disk  # noqa: E402, F401
+import agent_checkpoint.backends._disk  # noqa: E402, F401
 
 for _name in ("redis", "postgres", "s3"):
     with contextlib.suppress(ImportError):
-        __import__(f"agent_checkpoint.backends.{_name}")
+        __import__(f"agent_checkpoint.backends._{_name}")
 
 with contextlib.suppress(Exception):
     from .common import _botocore_session

@@ -28,8 +28,8 @@ from support.postgres_server import unique_schema, with_query
 from support.services import IN_CI, POSTGRES_URL, REDIS_URL
 
 from agent_checkpoint import Store, open_store
+from agent_checkpoint._store import RetryPolicy
 from agent_checkpoint.errors import BackendError, CheckpointError
-from agent_checkpoint.store import RetryPolicy
 
 __all__ = [
     "BACKENDS",

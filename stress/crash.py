@@ -47,9 +47,9 @@ from urllib.parse import urlsplit
 
 from agent_checkpoint import Identity, Message, RunCheckpoint, Store
 from agent_checkpoint import errors as library_errors
-from agent_checkpoint.envelope import conversation_of
+from agent_checkpoint._envelope import conversation_of
+from agent_checkpoint._model import now_ms
 from agent_checkpoint.errors import CheckpointError, ConflictError
-from agent_checkpoint.model import now_ms
 
 from .common import Tally, Target, fork_context, main_for, open_target
 

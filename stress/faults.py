@@ -59,8 +59,8 @@ from typing import Any
 from support.faultproxy import FaultProxy
 
 from agent_checkpoint import Message, RunCheckpoint, Store, open_store
+from agent_checkpoint._store import RetryPolicy
 from agent_checkpoint.errors import BackendError, CheckpointError, ConflictError
-from agent_checkpoint.store import RetryPolicy
 
 from .common import (
     BUCKET,
@@ -141,7 +141,7 @@ def _redis_rig() -> Iterator[Rig]:
     from support.postgres_server import with_query
     from support.redis_server import RedisServer
 
-    from agent_checkpoint.backends.redis import VolatileRedisWarning
+    from agent_checkpoint.backends._redis import VolatileRedisWarning
 
     warnings.filterwarnings("ignore", category=VolatileRedisWarning)
     budget = BUDGETS["redis"]
@@ -261,7 +261,7 @@ def _postgres_rig() -> Iterator[Rig]:
 def _s3_rig(workdir: Path) -> Iterator[Rig]:
     from support.seaweed import S3Unavailable, purge, start_s3_server, start_seaweedfs
 
-    from agent_checkpoint.backends.s3 import S3Backend
+    from agent_checkpoint.backends._s3 import S3Backend
 
     budget = BUDGETS["s3"]
     folder = workdir / f"faults-s3-{uuid.uuid4().hex[:8]}"

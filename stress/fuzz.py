@@ -3,9 +3,9 @@
 Targets (inputs are random values, and seeds from ``tests/vectors`` and ``tests/fixtures``
 mutated structurally and byte by byte):
 
-- ``door``: ``validation.validate_checkpoint`` on JSON values; a document it accepts must also
+- ``door``: ``_validation.validate_checkpoint`` on JSON values; a document it accepts must also
   load as a ``RunCheckpoint`` and write back the same JSON (same bytes);
-- ``envelope``: ``envelope.check_envelope`` on envelope values (both formats);
+- ``envelope``: ``_envelope.check_envelope`` on envelope values (both formats);
 - ``codec``: ``Codec().decode(bytes, key)`` and ``decode_json`` on random bytes, mutated
   envelope bytes and deep nesting;
 - ``container``: ``Codec`` with a ``Sealer`` (AES-256-GCM keyring, zlib) on mutated sealed
@@ -49,11 +49,12 @@ import orjson
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from agent_checkpoint.codec import Codec
-from agent_checkpoint.container import MAGIC, Keyring, Sealer
-from agent_checkpoint.envelope import check_envelope
+from agent_checkpoint._codec import Codec
+from agent_checkpoint._container import MAGIC, Keyring, Sealer
+from agent_checkpoint._envelope import check_envelope
+from agent_checkpoint._model import RunCheckpoint
+from agent_checkpoint._validation import validate_checkpoint
 from agent_checkpoint.errors import CheckpointError
-from agent_checkpoint.model import RunCheckpoint
 from agent_checkpoint.transcripts import (
     FORMATS,
     open_transcript,
@@ -61,8 +62,7 @@ from agent_checkpoint.transcripts import (
     read_turns,
     turns_to_checkpoint,
 )
-from agent_checkpoint.transcripts.jsonio import dump_line
-from agent_checkpoint.validation import validate_checkpoint
+from agent_checkpoint.transcripts._jsonio import dump_line
 
 from .common import REPO, Tally, markdown_table
 

@@ -24,8 +24,8 @@ from support.services import service_missing
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the stress/ package
 
 from agent_checkpoint import Message, RunCheckpoint, Store
-from agent_checkpoint.backends.base import Record, Summary
-from agent_checkpoint.backends.memory import MemoryBackend
+from agent_checkpoint.backends._base import Record, Summary
+from agent_checkpoint.backends._memory import MemoryBackend
 from agent_checkpoint.errors import (
     BackendUnavailableError,
     CheckpointError,
@@ -37,7 +37,7 @@ from stress import crash, faults, fuzz, races
 from stress.common import ServiceUnavailable, Tally, print_table
 
 pytestmark = [
-    pytest.mark.filterwarnings("ignore::agent_checkpoint.backends.redis.VolatileRedisWarning"),
+    pytest.mark.filterwarnings("ignore::agent_checkpoint.backends.VolatileRedisWarning"),
     pytest.mark.timeout(600),
     pytest.mark.slow,
 ]
@@ -197,9 +197,9 @@ def test_kb2_a_deeply_nested_transcript_line_is_refused_as_malformed(tmp_path: P
 @pytest.mark.parametrize(
     ("data", "fmt"),
     [
-        (b'{"type": [], "role": "user", "content": "hi"}\n', None),  # KB-3, detect.py
-        (b'{"role": ["user"], "content": "hi"}\n', None),  # KB-3, detect.py
-        (b'[{"role": {}, "content": "hi"}]', "openai-chat"),  # KB-3, openai_chat.py
+        (b'{"type": [], "role": "user", "content": "hi"}\n', None),  # KB-3, _detect.py
+        (b'{"role": ["user"], "content": "hi"}\n', None),  # KB-3, _detect.py
+        (b'[{"role": {}, "content": "hi"}]', "openai-chat"),  # KB-3, _openai_chat.py
         (b'{"type":"session_meta","payload":{}}\n{"type":{},"payload":{}}\n', "codex"),  # KB-3
         (b'[{"role":"user","content":"hi"},{"role":"assistant","tool_calls":5}]', None),  # KB-5
         (b'[{"role":"user","content":"hi"},{"type":"reasoning","id":"r","summary":900}]', None),

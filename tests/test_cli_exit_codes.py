@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from agent_checkpoint import open_store
-from agent_checkpoint.cli import EXIT, main
+from agent_checkpoint._cli import EXIT, main
 from agent_checkpoint.testing import checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,7 +175,7 @@ def test_store_is_accepted_before_the_command_too(
 def test_an_unreadable_record_is_one_short_line_and_verbose_has_the_rest(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from agent_checkpoint.backends.disk import file_name
+    from agent_checkpoint.backends._disk import file_name
 
     store = str(tmp_path / "s")
     with open_store(store) as opened:

@@ -12,9 +12,9 @@ import pytest
 from support.legacy import legacy_record
 
 from agent_checkpoint import open_store
-from agent_checkpoint.backends.base import Record, Summary
-from agent_checkpoint.backends.disk import file_name
-from agent_checkpoint.cli import EXIT, main
+from agent_checkpoint._cli import EXIT, main
+from agent_checkpoint.backends._base import Record, Summary
+from agent_checkpoint.backends._disk import file_name
 from agent_checkpoint.testing import checkpoint, stamped
 
 
@@ -91,7 +91,7 @@ def test_migrate_upgrades_every_old_record_and_can_resume(
 def test_migrate_interrupted_midway_finishes_on_the_next_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from agent_checkpoint.store import Store
+    from agent_checkpoint._store import Store
 
     url = str(tmp_path)
     with open_store(url) as store:

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from agent_checkpoint import Identity, open_store
-from agent_checkpoint.cli import main
+from agent_checkpoint._cli import main
 from agent_checkpoint.testing import checkpoint, stamped
 
 LONG_KEY = "conversation-2026-11-29-billing-refund-order-41200"

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from agent_checkpoint import open_store
-from agent_checkpoint.cli import EXIT, main
+from agent_checkpoint._cli import EXIT, main
 from agent_checkpoint.testing import checkpoint, stamped
 
 
@@ -183,7 +183,7 @@ def test_store_defaults_to_the_environment_then_the_local_folder(
 def test_unreadable_record_is_reported_not_hidden(
     tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from agent_checkpoint.backends.disk import file_name
+    from agent_checkpoint.backends._disk import file_name
 
     with open_store(store_url) as store:
         store.put(checkpoint("r1"), key="k")
@@ -209,8 +209,8 @@ def test_unreadable_record_is_reported_not_hidden(
     ],
 )
 def test_credentials_in_urls_are_masked(url: str, masked: str) -> None:
+    from agent_checkpoint._cli._boundary import Boundary
     from agent_checkpoint.backends import mask_url
-    from agent_checkpoint.cli._boundary import Boundary
 
     assert mask_url(url) == masked
     assert Boundary().mask(f"cannot reach '{url}': refused") == f"cannot reach '{masked}': refused"

@@ -20,7 +20,7 @@ if {block_cryptography}:
     sys.modules["cryptography"] = None  # as if not installed: importing it fails
 
 from agent_checkpoint import Store
-from agent_checkpoint.backends.memory import MemoryBackend
+from agent_checkpoint.backends._memory import MemoryBackend
 from agent_checkpoint.testing import ClaimsConformance, EncryptionConformance, checkpoint
 
 

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from agent_checkpoint import Store, UnreadableEnvelopeError, open_store
-from agent_checkpoint.backends.disk import DiskBackend, file_name
+from agent_checkpoint.backends._disk import DiskBackend, file_name
 from agent_checkpoint.errors import BackendError
 from agent_checkpoint.testing import (
     AppendingConformance,
@@ -82,8 +82,8 @@ def test_a_growing_history_rewrites_only_its_newest_part(tmp_path: Path) -> None
     segment layer, in the ``_segments`` folder): the record file stays small however long
     the history grows, the pieces are each written once (bar merges), and a rewrite or a
     delete removes the pieces it replaced."""
+    from agent_checkpoint._model import Message, RunCheckpoint
     from agent_checkpoint._segments import Segmented
-    from agent_checkpoint.model import Message, RunCheckpoint
 
     backend = DiskBackend(tmp_path)
     store = Store(Segmented(backend, inline_bytes=2048, max_segments=4))
@@ -114,7 +114,7 @@ def test_a_growing_history_rewrites_only_its_newest_part(tmp_path: Path) -> None
 
 def _live(folder: Path) -> list[Path]:
     """The record files in ``folder`` that hold a record (a deleted key leaves a tombstone)."""
-    from agent_checkpoint.backends.disk_files import is_tombstone
+    from agent_checkpoint.backends._disk_files import is_tombstone
 
     return [p for p in folder.iterdir() if not is_tombstone(p.read_bytes())]
 
@@ -127,7 +127,7 @@ def _as_version_04(
     (or, older still, one file per segment ``<gen>-<i>``)."""
     import orjson
 
-    from agent_checkpoint.codec import encode_parts, join_parts
+    from agent_checkpoint._codec import encode_parts, join_parts
 
     record_file = root / "records" / file_name(key)
     header = record_file.read_bytes().partition(b"\n")[0]
@@ -153,7 +153,7 @@ def _as_version_04(
 def test_records_stored_split_by_version_04_still_read_and_are_rewritten_whole(
     tmp_path: Path, one_file_per_segment: bool
 ) -> None:
-    from agent_checkpoint.model import Message, RunCheckpoint
+    from agent_checkpoint._model import Message, RunCheckpoint
 
     history = (Message("user", "one"), Message("assistant", "two"))
     with open_store(str(tmp_path)) as store:
@@ -180,8 +180,8 @@ def test_the_index_log_stays_small_while_a_store_is_open(tmp_path: Path) -> None
     """Every put rewrites a few pages of the SQLite index; its write-ahead log is cut back
     after each checkpoint instead of staying at its largest (4 MiB at SQLite's defaults,
     three times the records of a 1,000-message conversation)."""
-    from agent_checkpoint.backends.disk_index import WAL_PAGES
-    from agent_checkpoint.model import Message, RunCheckpoint
+    from agent_checkpoint._model import Message, RunCheckpoint
+    from agent_checkpoint.backends._disk_index import WAL_PAGES
 
     wal = tmp_path / "index.sqlite3-wal"
     largest = 0
@@ -200,7 +200,7 @@ def test_the_index_log_stays_small_while_a_store_is_open(tmp_path: Path) -> None
 def test_readers_racing_rewrites_and_appends_always_see_a_whole_record(tmp_path: Path) -> None:
     import threading
 
-    from agent_checkpoint.model import Message, RunCheckpoint
+    from agent_checkpoint._model import Message, RunCheckpoint
 
     writer, reader = open_store(str(tmp_path)), open_store(str(tmp_path))
     writer.put(RunCheckpoint.new("m", (Message("user", "start"),), run_id="r"), key="k")
@@ -283,7 +283,7 @@ def test_an_unreadable_index_is_a_backend_error_saying_how_to_rebuild_it(tmp_pat
 def test_an_unreadable_record_file_in_verify_is_a_backend_error_naming_it(tmp_path: Path) -> None:
     """``verify`` walks the record files; one the file system refuses to read (here a folder
     where a file should be) is the library's error, not a bare ``OSError``."""
-    from agent_checkpoint.maintenance import verify_store
+    from agent_checkpoint._maintenance import verify_store
 
     with open_store(str(tmp_path)) as store:
         store.put(checkpoint("r1"), key="k")
@@ -295,7 +295,7 @@ def test_an_unreadable_record_file_in_verify_is_a_backend_error_naming_it(tmp_pa
 
 def test_keys_beginning_with_a_dot_survive_an_index_rebuild(tmp_path: Path) -> None:
     """Their record files begin with a dot too; a rebuild must not take them for temp files."""
-    from agent_checkpoint.maintenance import verify_store
+    from agent_checkpoint._maintenance import verify_store
 
     keys = [".hidden", "..", ".x.1.2.tmp", "plain"]
     with open_store(str(tmp_path)) as store:
@@ -312,7 +312,7 @@ def test_keys_beginning_with_a_dot_survive_an_index_rebuild(tmp_path: Path) -> N
 def test_a_deleted_key_leaves_only_a_tombstone_that_no_listing_or_read_shows(
     tmp_path: Path,
 ) -> None:
-    from agent_checkpoint.maintenance import verify_store
+    from agent_checkpoint._maintenance import verify_store
 
     with open_store(str(tmp_path)) as store:
         first = store.put(checkpoint("r"), key="k")
@@ -332,7 +332,7 @@ def test_verify_repair_removes_what_killed_writers_left(tmp_path: Path) -> None:
     import os
     import time
 
-    from agent_checkpoint.maintenance import verify_store
+    from agent_checkpoint._maintenance import verify_store
 
     with open_store(str(tmp_path)) as store:
         history = checkpoint("r", messages=4)

@@ -16,11 +16,14 @@ import orjson
 import pytest
 
 from agent_checkpoint import Store, open_store
+from agent_checkpoint._maintenance import verify_store
+from agent_checkpoint._model import Message, now_ms
 from agent_checkpoint._segments import PIECES, Layout, Segmented
-from agent_checkpoint.backends.base import Query, Record, Summary
-from agent_checkpoint.backends.fsspec import FsspecBackend
-from agent_checkpoint.backends.memory import MemoryBackend
-from agent_checkpoint.backends.objects import fields_of, key_name
+from agent_checkpoint._store import RetryPolicy
+from agent_checkpoint.backends._base import Query, Record, Summary
+from agent_checkpoint.backends._fsspec import FsspecBackend
+from agent_checkpoint.backends._memory import MemoryBackend
+from agent_checkpoint.backends._objects import fields_of, key_name
 from agent_checkpoint.errors import (
     BackendError,
     BackendUnavailableError,
@@ -28,9 +31,6 @@ from agent_checkpoint.errors import (
     MissingDependencyError,
     UnreadableEnvelopeError,
 )
-from agent_checkpoint.maintenance import verify_store
-from agent_checkpoint.model import Message, now_ms
-from agent_checkpoint.store import RetryPolicy
 from agent_checkpoint.testing import (
     AppendingConformance,
     ClaimsConformance,
@@ -40,7 +40,7 @@ from agent_checkpoint.testing import (
     checkpoint,
     stamped,
 )
-from agent_checkpoint.testing.growth import read_while_growing
+from agent_checkpoint.testing._growth import read_while_growing
 
 MEMORY = fsspec.filesystem("memory")  # one per process: every test takes its own root
 

@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from agent_checkpoint import Message, RunCheckpoint, open_store
-from agent_checkpoint.model._history import TYPED
-from agent_checkpoint.store import Store
+from agent_checkpoint._model._history import TYPED
+from agent_checkpoint._store import Store
 
 
 @pytest.fixture

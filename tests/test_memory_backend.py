@@ -20,14 +20,14 @@ class TestMemoryStore(StoreConformance, ClaimsConformance, EncryptionConformance
 def test_a_retried_conditional_put_overtaken_by_another_writer_says_the_outcome_is_unknown() -> (
     None
 ):
-    from agent_checkpoint.backends.base import Record
-    from agent_checkpoint.backends.memory import MemoryBackend
+    from agent_checkpoint._model import Message, RunCheckpoint
+    from agent_checkpoint.backends._base import Record
+    from agent_checkpoint.backends._memory import MemoryBackend
     from agent_checkpoint.errors import (
         BackendUnavailableError,
         ConflictError,
         WriteOutcomeUnknownError,
     )
-    from agent_checkpoint.model import Message, RunCheckpoint
 
     class OvertakenAfterLanding(MemoryBackend):
         armed = False
@@ -66,7 +66,7 @@ def test_a_retried_conditional_put_overtaken_by_another_writer_says_the_outcome_
 def test_a_third_party_closed_method_does_not_read_as_a_closed_store() -> None:
     """Only a ``closed`` that is ``True`` closes a store: a backend of someone else's whose
     ``closed`` is a method (truthy, never called) keeps working."""
-    from agent_checkpoint.backends.memory import MemoryBackend
+    from agent_checkpoint.backends._memory import MemoryBackend
     from agent_checkpoint.testing import checkpoint
 
     class Wrapped(MemoryBackend):

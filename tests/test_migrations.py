@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from agent_checkpoint import InvalidCheckpointError, Migrations, Store, open_store
-from agent_checkpoint.backends.base import Record, Summary
-from agent_checkpoint.codec import Codec
+from agent_checkpoint._codec import Codec
+from agent_checkpoint.backends._base import Record, Summary
 from agent_checkpoint.errors import MigrationError
 
 

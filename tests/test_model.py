@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_checkpoint import Message, RunCheckpoint, ToolCall, validate_checkpoint
-from agent_checkpoint.model import FailurePoint, Identity, ThinkingBlock
+from agent_checkpoint._model import FailurePoint, Identity, ThinkingBlock
 
 json_scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.text(max_size=20)
@@ -227,7 +227,7 @@ def test_typing_a_read_history_changes_nothing_the_checkpoint_holds() -> None:
 
 
 def test_a_part_whose_runtime_order_does_not_name_each_key_once_is_refused() -> None:
-    from agent_checkpoint.model._struct import Struct, key
+    from agent_checkpoint._model._struct import Struct, key
 
     with pytest.raises(TypeError, match="RUNTIME_ORDER"):
 
@@ -303,7 +303,7 @@ def test_a_known_key_order_still_keeps_values_of_another_shape_verbatim() -> Non
     assert dict(message.extra) == {"toolCallId": 7, "toolName": None}
     call = ToolCall.from_json({"id": "c", "name": "n"})  # no args: the default, made per call
     assert call.args == {} and call.to_json() == {"id": "c", "name": "n", "args": {}}
-    from agent_checkpoint.model._struct import Mismatch
+    from agent_checkpoint._model._struct import Mismatch
 
     with pytest.raises(Mismatch):  # a part missing a required key keeps another shape
         Message.from_json({"content": "no role"})
@@ -314,7 +314,7 @@ def test_key_orders_past_the_remembered_ones_are_read_the_generic_way(
 ) -> None:
     import itertools
 
-    from agent_checkpoint.model import _struct
+    from agent_checkpoint._model import _struct
 
     monkeypatch.setattr(_struct, "_SHAPES_KEPT", 2)
     monkeypatch.setattr(Message, "_SHAPES", {})

@@ -1,5 +1,5 @@
 """The Store is the only door: the CLI is written against the library's public names, and no
-module outside ``store.py`` reaches into a Store's internals (maintenance and the CLI not even
+module outside ``_store.py`` reaches into a Store's internals (maintenance and the CLI not even
 into its backend). Read from the source, so a new reach-in fails here before it spreads."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _trees(paths: list[Path]) -> list[tuple[str, ast.AST]]:
 def _cli_imports() -> list[tuple[str, str, str]]:
     """(file, absolute module, name) of every library name the CLI imports."""
     found = []
-    for where, tree in _trees(sorted((PACKAGE / "cli").glob("*.py"))):
+    for where, tree in _trees(sorted((PACKAGE / "_cli").glob("*.py"))):
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 found += [
@@ -73,11 +73,11 @@ def _reach_ins(paths: list[Path], attributes: set[str]) -> list[str]:
 
 
 def test_no_module_outside_the_store_uses_a_stores_internals() -> None:
-    modules = [p for p in sorted(PACKAGE.rglob("*.py")) if p != PACKAGE / "store.py"]
+    modules = [p for p in sorted(PACKAGE.rglob("*.py")) if p != PACKAGE / "_store.py"]
     assert len(modules) > 50
     assert _reach_ins(modules, STORE_INTERNALS) == []
 
 
 def test_maintenance_and_the_cli_reach_the_store_only_through_its_public_methods() -> None:
-    modules = [PACKAGE / "maintenance.py", *sorted((PACKAGE / "cli").glob("*.py"))]
+    modules = [PACKAGE / "_maintenance.py", *sorted((PACKAGE / "_cli").glob("*.py"))]
     assert _reach_ins(modules, STORE_INTERNALS | NOT_FOR_MAINTENANCE) == []

@@ -25,12 +25,13 @@ from support.postgres_server import unique_schema, with_query
 from support.services import POSTGRES_URL, service_missing
 
 from agent_checkpoint import Store, open_store
+from agent_checkpoint._codec import encode_parts
+from agent_checkpoint._model import Message, RunCheckpoint
 from agent_checkpoint._segments import Segmented
-from agent_checkpoint.backends import postgres
-from agent_checkpoint.backends.base import Query, Record, Summary
-from agent_checkpoint.backends.postgres import LEDGER, MIGRATIONS, PostgresBackend, TimedConnection
-from agent_checkpoint.backends.postgres_sql import scan_statement
-from agent_checkpoint.codec import encode_parts
+from agent_checkpoint.backends import _postgres as postgres
+from agent_checkpoint.backends._base import Query, Record, Summary
+from agent_checkpoint.backends._postgres import LEDGER, MIGRATIONS, PostgresBackend, TimedConnection
+from agent_checkpoint.backends._postgres_sql import scan_statement
 from agent_checkpoint.errors import (
     BackendError,
     BackendUnavailableError,
@@ -41,7 +42,6 @@ from agent_checkpoint.errors import (
     StoreNotFoundError,
     UnreadableEnvelopeError,
 )
-from agent_checkpoint.model import Message, RunCheckpoint
 from agent_checkpoint.testing import (
     AppendingConformance,
     ClaimsConformance,

@@ -17,12 +17,12 @@ from support.postgres_server import PostgresServer, unique_schema, with_address,
 from support.services import POSTGRES_URL, service_missing
 
 from agent_checkpoint import Store, open_store
-from agent_checkpoint.backends.base import Record
-from agent_checkpoint.backends.postgres import LEDGER
-from agent_checkpoint.backends.postgres_connections import DEFAULT_READ_TIMEOUT, ReadTimeoutError
+from agent_checkpoint._store import RetryPolicy
+from agent_checkpoint._store_types import NO_RETRY
+from agent_checkpoint.backends._base import Record
+from agent_checkpoint.backends._postgres import LEDGER
+from agent_checkpoint.backends._postgres_connections import DEFAULT_READ_TIMEOUT, ReadTimeoutError
 from agent_checkpoint.errors import BackendUnavailableError
-from agent_checkpoint.store import RetryPolicy
-from agent_checkpoint.store_types import NO_RETRY
 from agent_checkpoint.testing import checkpoint
 
 SMALL_BUDGET = RetryPolicy(attempts=2, initial=0.01, maximum=0.05, deadline=5)

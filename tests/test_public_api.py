@@ -1,12 +1,16 @@
-"""The public surface is pinned: what ``agent_checkpoint`` exports is listed here, so a name
-that leaks in or goes away fails CI; and every error the library defines is in one tree under
-``CheckpointError``, exported from ``agent_checkpoint.errors`` and from the package itself."""
+"""The public surface is pinned: what ``agent_checkpoint`` exports is listed here, and so are the
+modules that are public by name (no component of the dotted name starts with a single ``_``),
+so a name or a module that leaks in or goes away fails CI; and every error the library defines
+is in one tree under ``CheckpointError``, exported from ``agent_checkpoint.errors`` and from the
+package itself."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
 import pkgutil
+import subprocess
+import sys
 
 import agent_checkpoint
 from agent_checkpoint import errors
@@ -63,6 +67,7 @@ PUBLIC = [
     "RetryPolicy",
     "RunCheckpoint",
     "RunCheckpointError",
+    "Sealer",
     "Store",
     "StoreClosedError",
     "StoreError",
@@ -100,18 +105,44 @@ PUBLIC = [
     "validate_checkpoint",
 ]
 
+PUBLIC_MODULES = [
+    "agent_checkpoint",
+    "agent_checkpoint.__main__",  # python -m agent_checkpoint
+    "agent_checkpoint.adapters",
+    "agent_checkpoint.adapters.openai_minimal",  # run as python -m (README, docs/interchange.md)
+    "agent_checkpoint.backends",
+    "agent_checkpoint.errors",
+    "agent_checkpoint.resume",
+    "agent_checkpoint.testing",
+    "agent_checkpoint.transcripts",
+]
+"""Every module a user may import by name; everything else is internal (``_store``,
+``backends._redis``, ``transcripts._turns``...) and may change without notice."""
+
+BACKEND_CLASSES = [
+    "DiskBackend",
+    "FsspecBackend",
+    "MemoryBackend",
+    "PostgresBackend",
+    "RedisBackend",
+    "S3Backend",
+    "TimedConnection",
+    "VolatileRedisWarning",
+]
+"""Served lazily by ``agent_checkpoint.backends`` (each loads its driver), outside its ``__all__``."""
+
 INTERNAL_SIGNALS = {
     # raised and caught inside the PostgreSQL backend (driver-typed, so psycopg's pool handles
     # them); what escapes is a BackendError
-    "agent_checkpoint.backends.postgres_connections.ReadTimeoutError",
-    "agent_checkpoint.backends.postgres_connections.CannotConnectError",
+    "agent_checkpoint.backends._postgres_connections.ReadTimeoutError",
+    "agent_checkpoint.backends._postgres_connections.CannotConnectError",
     # the CLI's one-line failure with its exit code, caught by cli.main
-    "agent_checkpoint.cli._common.CommandError",
+    "agent_checkpoint._cli._common.CommandError",
     # a typed field holding another shape: the model keeps the value verbatim instead
-    "agent_checkpoint.model._struct.Mismatch",
+    "agent_checkpoint._model._struct.Mismatch",
     # the JSON reader's depth refusal, turned into MalformedTranscriptError or
     # UnreadableEnvelopeError by its callers
-    "agent_checkpoint.transcripts.jsonio.TooDeepError",
+    "agent_checkpoint.transcripts._jsonio.TooDeepError",
 }
 
 
@@ -121,9 +152,58 @@ def test_the_package_exports_exactly_the_pinned_names() -> None:
         assert getattr(agent_checkpoint, name) is not None, name
 
 
+def _is_public(dotted: str) -> bool:
+    return not any(
+        part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+        for part in dotted.split(".")
+    )
+
+
+def _all_modules() -> list[pkgutil.ModuleInfo]:
+    return list(pkgutil.walk_packages(agent_checkpoint.__path__, "agent_checkpoint."))
+
+
+def test_the_modules_public_by_name_are_exactly_the_pinned_ones() -> None:
+    modules = _all_modules()
+    assert len(modules) > 60  # the walk found the library's modules, private ones included
+    public = sorted(["agent_checkpoint", *(m.name for m in modules if _is_public(m.name))])
+    assert public == sorted(PUBLIC_MODULES)
+
+
+def test_each_public_package_exports_names_that_resolve() -> None:
+    packages = ["agent_checkpoint", *(m.name for m in _all_modules() if m.ispkg)]
+    public = [name for name in packages if _is_public(name)]
+    assert len(public) >= 5
+    for name in public:
+        module = importlib.import_module(name)
+        exported = getattr(module, "__all__", None)
+        assert isinstance(exported, list), f"{name} declares no __all__"
+        assert len(set(exported)) == len(exported), f"{name}.__all__ repeats a name"
+        for attr in exported:
+            assert hasattr(module, attr), f"{name}.__all__ names {attr}, which it lacks"
+
+
+def test_the_backend_classes_are_public_from_backends_and_load_lazily() -> None:
+    import agent_checkpoint.backends as backends
+
+    for name in BACKEND_CLASSES:
+        value = getattr(backends, name)
+        assert isinstance(value, type) and value.__name__ == name, name
+        assert name not in backends.__all__ and name in dir(backends), name
+    assert not hasattr(backends, "NoSuchBackend")
+    probe = (
+        "import sys\n"
+        "from agent_checkpoint.backends import *\n"
+        "from agent_checkpoint.backends import DiskBackend, MemoryBackend\n"
+        "drivers = ('redis', 'psycopg', 'psycopg_pool', 'boto3', 'fsspec')\n"
+        "assert not [d for d in drivers if d in sys.modules], sys.modules.keys() & set(drivers)\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
+
+
 def _defined_exceptions() -> dict[str, type[BaseException]]:
     found: dict[str, type[BaseException]] = {}
-    for info in pkgutil.walk_packages(agent_checkpoint.__path__, "agent_checkpoint."):
+    for info in _all_modules():
         if info.name.endswith("__main__"):
             continue  # runs the CLI
         module = importlib.import_module(info.name)

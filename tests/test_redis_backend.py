@@ -24,10 +24,11 @@ from support.redis_server import RedisServer, need_redis_server
 from support.services import REDIS_URL, service_missing
 
 from agent_checkpoint import Store, open_store
+from agent_checkpoint._model import Message, RunCheckpoint
 from agent_checkpoint._segments import PIECES, Layout, Segmented
-from agent_checkpoint.backends.base import Query, Record, Summary
-from agent_checkpoint.backends.memory import MemoryBackend
-from agent_checkpoint.backends.redis import RedisBackend, VolatileRedisWarning
+from agent_checkpoint.backends._base import Query, Record, Summary
+from agent_checkpoint.backends._memory import MemoryBackend
+from agent_checkpoint.backends._redis import RedisBackend, VolatileRedisWarning
 from agent_checkpoint.errors import (
     BackendUnavailableError,
     ConflictError,
@@ -37,7 +38,6 @@ from agent_checkpoint.errors import (
     UnreadableEnvelopeError,
     UnsupportedOperationError,
 )
-from agent_checkpoint.model import Message, RunCheckpoint
 from agent_checkpoint.testing import (
     AppendingConformance,
     ClaimsConformance,
@@ -47,9 +47,7 @@ from agent_checkpoint.testing import (
     stamped,
 )
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore::agent_checkpoint.backends.redis.VolatileRedisWarning"
-)
+pytestmark = pytest.mark.filterwarnings("ignore::agent_checkpoint.backends.VolatileRedisWarning")
 
 
 @pytest.fixture(scope="module")

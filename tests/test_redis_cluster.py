@@ -22,10 +22,10 @@ from support.redis_server import RedisClusterServers, cluster_with_replicas, nee
 
 from agent_checkpoint import Message, RunCheckpoint, Store, open_store
 from agent_checkpoint._segments import PIECES, Segmented
-from agent_checkpoint.backends.base import Query
-from agent_checkpoint.backends.redis import RedisBackend, VolatileRedisWarning
+from agent_checkpoint._store import RetryPolicy
+from agent_checkpoint.backends._base import Query
+from agent_checkpoint.backends._redis import RedisBackend, VolatileRedisWarning
 from agent_checkpoint.errors import BackendUnavailableError, InvalidKeyError
-from agent_checkpoint.store import RetryPolicy
 from agent_checkpoint.testing import (
     AppendingConformance,
     ClaimsConformance,

@@ -21,14 +21,12 @@ from support.redis_server import RedisServer, need_redis_server
 from support.services import REDIS_URL, service_missing
 
 from agent_checkpoint import Store, open_store
-from agent_checkpoint.backends.redis import RedisBackend
+from agent_checkpoint._store import RetryPolicy
+from agent_checkpoint.backends._redis import RedisBackend
 from agent_checkpoint.errors import BackendUnavailableError
-from agent_checkpoint.store import RetryPolicy
 from agent_checkpoint.testing import checkpoint
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore::agent_checkpoint.backends.redis.VolatileRedisWarning"
-)
+pytestmark = pytest.mark.filterwarnings("ignore::agent_checkpoint.backends.VolatileRedisWarning")
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,11 @@ import redis
 from support.redis_server import RedisServer, cluster_with_replicas, need_redis_server
 
 from agent_checkpoint import Message, NotReplicatedError, RunCheckpoint, Store, open_store
+from agent_checkpoint._cli import main
 from agent_checkpoint._segments import PIECES, Segmented
-from agent_checkpoint.backends.redis import RedisBackend
-from agent_checkpoint.cli import main
+from agent_checkpoint._store import RetryPolicy
+from agent_checkpoint.backends._redis import RedisBackend
 from agent_checkpoint.errors import ConflictError, InvalidKeyError
-from agent_checkpoint.store import RetryPolicy
 from agent_checkpoint.testing import (
     AppendingConformance,
     ClaimsConformance,

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent_checkpoint import ConversationMismatchError, InvalidCheckpointError, open_store
-from agent_checkpoint.errors import UnsafeStageError
-from agent_checkpoint.model import (
+from agent_checkpoint._model import (
     AgentRef,
     EvidenceRecovery,
     FailurePoint,
@@ -16,6 +15,7 @@ from agent_checkpoint.model import (
     RunCheckpoint,
     ToolCall,
 )
+from agent_checkpoint.errors import UnsafeStageError
 from agent_checkpoint.resume import (
     RunCheckpointError,
     can_resume,

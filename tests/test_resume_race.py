@@ -25,9 +25,7 @@ from agent_checkpoint import open_store
 from agent_checkpoint.testing import checkpoint, stamped
 
 WORKER = str(Path(__file__).parent / "support" / "race_worker.py")
-pytestmark = pytest.mark.filterwarnings(
-    "ignore::agent_checkpoint.backends.redis.VolatileRedisWarning"
-)
+pytestmark = pytest.mark.filterwarnings("ignore::agent_checkpoint.backends.VolatileRedisWarning")
 
 
 def _disk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:

@@ -30,16 +30,16 @@ from support.seaweed import (
 )
 
 from agent_checkpoint import Store, open_store
+from agent_checkpoint._maintenance import verify_store
 from agent_checkpoint._segments import Segmented
-from agent_checkpoint.backends.s3 import S3Backend
+from agent_checkpoint._store import RetryPolicy
+from agent_checkpoint.backends._s3 import S3Backend
 from agent_checkpoint.errors import (
     BackendError,
     BackendUnavailableError,
     ConflictError,
     InvalidKeyError,
 )
-from agent_checkpoint.maintenance import verify_store
-from agent_checkpoint.store import RetryPolicy
 from agent_checkpoint.testing import (
     AppendingConformance,
     ClaimsConformance,
@@ -205,7 +205,7 @@ def test_a_bucket_the_server_briefly_reports_missing_after_its_creation_is_waite
 def test_a_created_bucket_that_never_shows_up_is_an_error_naming_it(
     client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("agent_checkpoint.backends.s3_bucket.VISIBLE_WITHIN", 0.5)
+    monkeypatch.setattr("agent_checkpoint.backends._s3_bucket.VISIBLE_WITHIN", 0.5)
     bucket = f"never-{uuid.uuid4().hex[:8]}"
     with gateway_reports_missing(client, times=10**6):
         backend = S3Backend.from_url(f"s3://{bucket}/p", client=client, create_bucket=True)

@@ -17,22 +17,22 @@ import pytest
 from support.seaweed import S3Server, ensure_bucket, purge
 
 from agent_checkpoint import Store
+from agent_checkpoint._maintenance import verify_store
+from agent_checkpoint._model import Message, RunCheckpoint, now_ms
 from agent_checkpoint._segments import PIECES, Layout, Segmented
-from agent_checkpoint.backends.base import Query, Record, Summary
-from agent_checkpoint.backends.objects import Layout as Objects
-from agent_checkpoint.backends.objects import fields_of, key_name
-from agent_checkpoint.backends.s3 import S3Backend
+from agent_checkpoint._store import summary_for
+from agent_checkpoint.backends._base import Query, Record, Summary
+from agent_checkpoint.backends._objects import Layout as Objects
+from agent_checkpoint.backends._objects import fields_of, key_name
+from agent_checkpoint.backends._s3 import S3Backend
 from agent_checkpoint.errors import (
     ConflictError,
     OwnershipConflictError,
     StoreClosedError,
     UnreadableEnvelopeError,
 )
-from agent_checkpoint.maintenance import verify_store
-from agent_checkpoint.model import Message, RunCheckpoint, now_ms
-from agent_checkpoint.store import summary_for
 from agent_checkpoint.testing import checkpoint
-from agent_checkpoint.testing.growth import read_while_growing
+from agent_checkpoint.testing._growth import read_while_growing
 
 BUCKET = "agent-checkpoint-segments"
 

@@ -10,20 +10,20 @@ from typing import Any
 import pytest
 
 from agent_checkpoint import Store
+from agent_checkpoint._codec import Codec
+from agent_checkpoint._container import Keyring, Sealer
+from agent_checkpoint._model import Message, RunCheckpoint
 from agent_checkpoint._segments import MAGIC, PIECES, Layout, Segmented
-from agent_checkpoint.backends.base import Query, Record, Summary
-from agent_checkpoint.backends.memory import MemoryBackend
-from agent_checkpoint.codec import Codec
-from agent_checkpoint.container import Keyring, Sealer
+from agent_checkpoint.backends._base import Query, Record, Summary
+from agent_checkpoint.backends._memory import MemoryBackend
 from agent_checkpoint.errors import BackendUnavailableError, UnreadableEnvelopeError
-from agent_checkpoint.model import Message, RunCheckpoint
 from agent_checkpoint.testing import (
     AppendingConformance,
     ClaimsConformance,
     EncryptionConformance,
     StoreConformance,
 )
-from agent_checkpoint.testing.growth import read_while_growing
+from agent_checkpoint.testing._growth import read_while_growing
 
 
 class Counting(MemoryBackend):

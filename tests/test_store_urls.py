@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent_checkpoint import open_store
-from agent_checkpoint.cli import main
+from agent_checkpoint._cli import main
 from agent_checkpoint.errors import InvalidKeyError, MissingDependencyError, StoreNotFoundError
 from agent_checkpoint.testing import checkpoint
 

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from agent_checkpoint import open_store
-from agent_checkpoint.backends.base import Record, Summary
-from agent_checkpoint.container import MAGIC
-from agent_checkpoint.envelope import STORED_PREVIEW_LIMIT, preview_pieces, preview_stored
+from agent_checkpoint._container import MAGIC
+from agent_checkpoint._envelope import STORED_PREVIEW_LIMIT, preview_pieces, preview_stored
+from agent_checkpoint.backends._base import Record, Summary
 from agent_checkpoint.errors import UnreadableEnvelopeError
 
 
@@ -36,7 +36,7 @@ SAMPLES = [
 def test_the_preview_of_bytes_counts_every_unit_a_chunk_at_a_time(
     data: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("agent_checkpoint.envelope._COUNT_CHUNK", 7)  # characters straddle
+    monkeypatch.setattr("agent_checkpoint._envelope._COUNT_CHUNK", 7)  # characters straddle
     expected = _reference(data)
     assert preview_pieces([data]) == expected
     pieces = [data[i : i + 5] for i in range(0, len(data), 5)]

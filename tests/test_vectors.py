@@ -17,9 +17,9 @@ from agent_checkpoint import (
     check_envelope,
     validate_checkpoint,
 )
-from agent_checkpoint.codec import Codec
+from agent_checkpoint._codec import Codec
+from agent_checkpoint._model import fnv1a, identity_namespace
 from agent_checkpoint.errors import InvalidPausedRunError, UnknownFormatError
-from agent_checkpoint.model import fnv1a, identity_namespace
 
 VECTORS = Path(__file__).parent / "vectors"
 CHECKPOINTS = json.loads((VECTORS / "checkpoints.json").read_text())
@@ -100,7 +100,7 @@ def test_preview_describes_shapes(value: Any, preview: str) -> None:
 
 
 def test_object_preview_lists_the_first_eight_keys() -> None:
-    from agent_checkpoint.envelope import preview_stored
+    from agent_checkpoint._envelope import preview_stored
 
     assert preview_stored({}) == "an object with no keys"
     assert preview_stored({f"k{i}": i for i in range(9)}) == (

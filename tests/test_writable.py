@@ -1,4 +1,4 @@
-"""What the writer refuses, and why (``writable.py``): the backend-independent half;
+"""What the writer refuses, and why (``_writable.py``): the backend-independent half;
 ``StoreConformance`` holds every backend to the rest."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from agent_checkpoint import InvalidCheckpointError, open_store
+from agent_checkpoint._writable import MAX_DEPTH, MAX_SAVED_AT, check_tree, dumps
 from agent_checkpoint.testing import checkpoint
-from agent_checkpoint.writable import MAX_DEPTH, MAX_SAVED_AT, check_tree, dumps
 
 
 def nested(levels: int) -> Any:

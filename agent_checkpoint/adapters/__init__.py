@@ -5,3 +5,5 @@ sets ``AGENT_CHECKPOINT_INIT`` to the absolute path of a canonical turn JSONL fi
 that seeds its message list from that file, then appends its new turn, resumes. These
 modules use only the public API.
 """
+
+__all__: list[str] = []

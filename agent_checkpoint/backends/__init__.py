@@ -6,6 +6,13 @@ scheme and refuses to replace one silently. A bare path or ``file://`` is the di
 ``fsspec+PROTOCOL://...`` (and ``PROTOCOL://`` or a chain ``PROTOCOL::...`` for a protocol
 fsspec knows) goes to fsspec. Anything else that looks like a URL (``redsi://``, ``redis:/host``)
 is refused naming the known schemes, so a typo never becomes a new folder.
+
+The built-in backend classes are importable from here for a store built around a client of your
+own (``Store(RedisBackend(client))``): ``DiskBackend``, ``MemoryBackend``, ``RedisBackend``,
+``PostgresBackend``, ``S3Backend``, ``FsspecBackend``, with ``TimedConnection`` (a psycopg
+connection that bounds each wait for the server) and ``VolatileRedisWarning``. They load on
+first access, with their driver, so ``import agent_checkpoint.backends`` needs none; the modules
+that define them are internal (``_redis``, ``_postgres``, ...).
 """
 
 from __future__ import annotations
@@ -14,11 +21,21 @@ import importlib
 import re
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..errors import InvalidArgumentError, InvalidKeyError, MissingDependencyError
-from .base import Backend, Query, Record, Summary, plan_save, resolve_owner, translate_errors
+from ._base import Backend, Query, Record, Summary, plan_save, resolve_owner, translate_errors
+
+if TYPE_CHECKING:
+    from ._disk import DiskBackend as DiskBackend
+    from ._fsspec import FsspecBackend as FsspecBackend
+    from ._memory import MemoryBackend as MemoryBackend
+    from ._postgres import PostgresBackend as PostgresBackend
+    from ._postgres_connections import TimedConnection as TimedConnection
+    from ._redis import RedisBackend as RedisBackend
+    from ._redis_durability import VolatileRedisWarning as VolatileRedisWarning
+    from ._s3 import S3Backend as S3Backend
 
 __all__ = [
     "Backend",
@@ -36,6 +53,19 @@ __all__ = [
     "translate_errors",
 ]
 
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "DiskBackend": ("agent_checkpoint.backends._disk", None),
+    "MemoryBackend": ("agent_checkpoint.backends._memory", None),
+    "RedisBackend": ("agent_checkpoint.backends._redis", "redis"),
+    "VolatileRedisWarning": ("agent_checkpoint.backends._redis_durability", "redis"),
+    "PostgresBackend": ("agent_checkpoint.backends._postgres", "postgres"),
+    "TimedConnection": ("agent_checkpoint.backends._postgres_connections", "postgres"),
+    "S3Backend": ("agent_checkpoint.backends._s3", "s3"),
+    "FsspecBackend": ("agent_checkpoint.backends._fsspec", "fsspec"),
+}
+"""Public names served by ``__getattr__``, each with its module and pip extra. They stay out of
+``__all__`` so that ``from agent_checkpoint.backends import *`` imports no driver."""
+
 
 @dataclass(frozen=True)
 class BackendEntry:
@@ -46,15 +76,15 @@ class BackendEntry:
 
 
 _REGISTRY: dict[str, BackendEntry] = {
-    "file": BackendEntry("agent_checkpoint.backends.disk:DiskBackend"),
-    "memory": BackendEntry("agent_checkpoint.backends.memory:MemoryBackend"),
-    "redis": BackendEntry("agent_checkpoint.backends.redis:RedisBackend", "redis"),
-    "rediss": BackendEntry("agent_checkpoint.backends.redis:RedisBackend", "redis"),
-    "postgresql": BackendEntry("agent_checkpoint.backends.postgres:PostgresBackend", "postgres"),
-    "postgres": BackendEntry("agent_checkpoint.backends.postgres:PostgresBackend", "postgres"),
-    "s3": BackendEntry("agent_checkpoint.backends.s3:S3Backend", "s3"),
+    "file": BackendEntry("agent_checkpoint.backends._disk:DiskBackend"),
+    "memory": BackendEntry("agent_checkpoint.backends._memory:MemoryBackend"),
+    "redis": BackendEntry("agent_checkpoint.backends._redis:RedisBackend", "redis"),
+    "rediss": BackendEntry("agent_checkpoint.backends._redis:RedisBackend", "redis"),
+    "postgresql": BackendEntry("agent_checkpoint.backends._postgres:PostgresBackend", "postgres"),
+    "postgres": BackendEntry("agent_checkpoint.backends._postgres:PostgresBackend", "postgres"),
+    "s3": BackendEntry("agent_checkpoint.backends._s3:S3Backend", "s3"),
 }
-_FSSPEC = BackendEntry("agent_checkpoint.backends.fsspec:FsspecBackend", "fsspec")
+_FSSPEC = BackendEntry("agent_checkpoint.backends._fsspec:FsspecBackend", "fsspec")
 
 _FSSPEC_COMMON = frozenset((
     "abfs", "adl", "az", "box", "dbfs", "dropbox", "ftp", "gcs", "gdrive", "gs", "hdfs", "hf",
@@ -143,12 +173,27 @@ def mask_url(url: str) -> str:
     return parts._replace(netloc=netloc, query=query).geturl()
 
 
+def __getattr__(name: str) -> Any:
+    """A built-in backend class (or its companion) from ``_LAZY``, importing its module now."""
+    found = _LAZY.get(name)
+    if found is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, extra = found
+    return _load(extra or "", BackendEntry(f"{module}:{name}", extra), f"{__name__}.{name}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
+
 def backend_class(scheme: str) -> type[Any]:
     """The class for ``scheme``, importing its module (and driver) now."""
     return _load(scheme, _REGISTRY.get(scheme.lower(), _FSSPEC))
 
 
-def _load(scheme: str, entry: BackendEntry) -> type[Any]:
+def _load(scheme: str, entry: BackendEntry, needing: str = "") -> type[Any]:
+    """The class ``entry`` names; a missing driver is a ``MissingDependencyError`` naming the
+    extra, for ``needing`` (default: the ``scheme://`` store)."""
     module_name, _, attr = entry.target.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -157,8 +202,8 @@ def _load(scheme: str, entry: BackendEntry) -> type[Any]:
             raise
         hint = f"pip install 'localab-checkpoint[{entry.extra}]'" if entry.extra else ""
         raise MissingDependencyError(
-            f"the {scheme}:// store needs the {exc.name!r} package, which is not installed"
-            + (f"; install it with: {hint}" if hint else "")
+            f"{needing or f'the {scheme}:// store'} needs the {exc.name!r} package, which is not "
+            "installed" + (f"; install it with: {hint}" if hint else "")
         ) from exc
     return getattr(module, attr)  # type: ignore[no-any-return]
 

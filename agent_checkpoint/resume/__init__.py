@@ -1,6 +1,6 @@
 """Resuming runs: the seed of the next run, and failure capture for agent loops."""
 
-from .failure import (
+from ._failure import (
     LLM_STAGE,
     RunCheckpointError,
     UnsafeStageError,
@@ -9,8 +9,8 @@ from .failure import (
     classify_error,
     failure_point,
 )
-from .seed import ResumeSeed, assert_continuable, continue_from, resume_on_error
-from .worker import Handler, WorkerReport, resume_failed_runs
+from ._seed import ResumeSeed, assert_continuable, continue_from, resume_on_error
+from ._worker import Handler, WorkerReport, resume_failed_runs
 
 __all__ = [
     "LLM_STAGE",

@@ -15,7 +15,7 @@ method lets the suite check that driver faults are translated. docs/backends.md 
 whole backend and its test module. Requires pytest (the ``test`` extra).
 """
 
-from .conformance import (
+from ._conformance import (
     AppendingConformance,
     ClaimsConformance,
     EncryptionConformance,

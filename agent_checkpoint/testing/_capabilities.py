@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ..backends.base import Namespaced
-from ..store import Store
+from .._store import Store
+from ..backends._base import Namespaced
 
 
 def declared_by(request: pytest.FixtureRequest, suite: type) -> bool:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..envelope import Envelope, to_envelope
-from ..model import AgentRef, FailurePoint, Identity, Message, RunCheckpoint
-from ..store import MAX_KEY_LENGTH
+from .._envelope import Envelope, to_envelope
+from .._model import AgentRef, FailurePoint, Identity, Message, RunCheckpoint
+from .._store import MAX_KEY_LENGTH
 
 AWKWARD_KEYS = [
     "plain",

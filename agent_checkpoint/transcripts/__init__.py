@@ -16,8 +16,8 @@ Responses items, Codex CLI rollouts, and the canonical turn JSONL itself (``FORM
 ``diff_turns`` aligns two conversations; ``find_fork`` and ``merged_turns`` merge them.
 """
 
-from .chat_messages import turns_to_chat_messages
-from .convert import (
+from ._chat_messages import turns_to_chat_messages
+from ._convert import (
     ConversionReport,
     NotCarried,
     checkpoint_to_turns,
@@ -25,9 +25,9 @@ from .convert import (
     turns_to_checkpoint,
     turns_to_messages,
 )
-from .detect import FORMATS, Detected, Format, detect
-from .diff import Difference, DiffResult, diff_turns
-from .errors import (
+from ._detect import FORMATS, Detected, Format, detect
+from ._diff import Difference, DiffResult, diff_turns
+from ._errors import (
     DivergedError,
     EmptyTranscriptError,
     MalformedTranscriptError,
@@ -35,7 +35,7 @@ from .errors import (
     TranscriptNotFoundError,
     UnrecognizedFormatError,
 )
-from .integrity import (
+from ._integrity import (
     DANGLING_RESULT,
     IntegrityPlan,
     IntegrityReport,
@@ -43,10 +43,10 @@ from .integrity import (
     plan_integrity,
     repair,
 )
-from .jsonio import MAX_RECORD_BYTES
-from .merge import Fork, Side, find_fork, merged_turns
-from .sources import Transcript, open_transcript
-from .turns import (
+from ._jsonio import MAX_RECORD_BYTES
+from ._merge import Fork, Side, find_fork, merged_turns
+from ._sources import Transcript, open_transcript
+from ._turns import (
     TURN_KEYS,
     Turn,
     iso_utc,

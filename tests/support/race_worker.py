@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from agent_checkpoint import open_store
-from agent_checkpoint.claims import Claim
-from agent_checkpoint.model import RunCheckpoint
+from agent_checkpoint._claims import Claim
+from agent_checkpoint._model import RunCheckpoint
 from agent_checkpoint.resume import ResumeSeed, resume_failed_runs
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import orjson
 
-from agent_checkpoint.backends.redis_layout import newest, oldest
-from agent_checkpoint.codec import encode_parts, join_parts
-from agent_checkpoint.model import RunCheckpoint
+from agent_checkpoint._codec import encode_parts, join_parts
+from agent_checkpoint._model import RunCheckpoint
+from agent_checkpoint.backends._redis_layout import newest, oldest
 
 
 def write_old_split_record(

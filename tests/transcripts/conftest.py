@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_checkpoint.cli import main
+from agent_checkpoint._cli import main
 from agent_checkpoint.transcripts import Turn, open_transcript, plan_integrity
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent_checkpoint.transcripts import Turn, open_transcript, write_turns
-from agent_checkpoint.transcripts.turns import call_arguments
+from agent_checkpoint.transcripts._turns import call_arguments
 
 Saved = Callable[..., list[Turn]]
 Fixture = Callable[[str], Path]

@@ -16,7 +16,7 @@ from agent_checkpoint.transcripts import (
     open_transcript,
     turns_to_checkpoint,
 )
-from agent_checkpoint.transcripts.claude_code import META_REASON
+from agent_checkpoint.transcripts._claude_code import META_REASON
 
 Ran = Any  # the conftest's Ran(code, out, err)
 

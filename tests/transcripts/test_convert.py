@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_checkpoint.model import Message, RunCheckpoint, ThinkingBlock, ToolCall
+from agent_checkpoint._model import Message, RunCheckpoint, ThinkingBlock, ToolCall
+from agent_checkpoint._validation import validate_checkpoint
 from agent_checkpoint.transcripts import (
     Turn,
     checkpoint_to_turns,
@@ -20,7 +21,6 @@ from agent_checkpoint.transcripts import (
     turns_to_checkpoint,
     turns_to_messages,
 )
-from agent_checkpoint.validation import validate_checkpoint
 
 Saved = Callable[..., list[Turn]]
 Fixture = Callable[[str], Path]

@@ -15,8 +15,8 @@ from agent_checkpoint.transcripts import (
     UnrecognizedFormatError,
     open_transcript,
 )
-from agent_checkpoint.transcripts.detect import detect
-from agent_checkpoint.transcripts.jsonio import MAX_RECORD_BYTES
+from agent_checkpoint.transcripts._detect import detect
+from agent_checkpoint.transcripts._jsonio import MAX_RECORD_BYTES
 
 
 @pytest.mark.parametrize(

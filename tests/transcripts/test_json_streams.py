@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_checkpoint.transcripts import MalformedTranscriptError
-from agent_checkpoint.transcripts.jsonio import BOM, JsonDocument, JsonLines, Line, Tolerance
+from agent_checkpoint.transcripts._jsonio import BOM, JsonDocument, JsonLines, Line, Tolerance
 
 tricky_text = st.text(alphabet=st.sampled_from('ab"\\[]{},: \n\u2028é😀'), max_size=40)
 records = st.lists(
@@ -141,7 +141,7 @@ def test_lone_surrogates_written_by_javascript_become_replacement_characters(
 def test_small_files_read_whole_give_what_reading_line_by_line_gives(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes, tolerate: Tolerance
 ) -> None:
-    from agent_checkpoint.transcripts import jsonio
+    from agent_checkpoint.transcripts import _jsonio as jsonio
 
     path = tmp_path / "f.jsonl"
     path.write_bytes(content)

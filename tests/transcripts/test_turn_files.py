@@ -17,7 +17,7 @@ from agent_checkpoint.transcripts import (
     read_turns,
     write_turns,
 )
-from agent_checkpoint.transcripts.turns import turn_from_json
+from agent_checkpoint.transcripts._turns import turn_from_json
 
 
 def test_every_line_carries_the_seven_seed_keys_in_order(tmp_path: Path) -> None:

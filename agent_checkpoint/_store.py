@@ -1,0 +1,555 @@
+"""The ``Store``: everything callers use, derived from a backend's five record operations.
+
+Default keys, revisions, owner write-once, paged listing with a keyset cursor, retention and
+retries live here once, so every backend behaves the same (the conformance suite in
+``agent_checkpoint.testing`` proves it per backend). How a put reaches the backend is in
+``_store_writes.py``; the values the Store takes and returns are in ``_store_types.py``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
+from types import TracebackType
+from typing import Any, TypeVar
+
+import orjson
+
+from ._claims import Access, Claim, LeaseInfo, live_leases
+from ._codec import Codec
+from ._container import Compression, Keyring, Sealer
+from ._envelope import PAUSED_RUN, Envelope, conversation_of, to_envelope, validate_envelope
+from ._migrations import DEFAULT as DEFAULT_MIGRATIONS
+from ._migrations import Migrations
+from ._model import Json, RunCheckpoint, now_ms
+from ._segments import Collecting, Segmented
+from ._store_types import (
+    MAX_KEY_LENGTH,
+    MAX_PAGE,
+    Forgotten,
+    Page,
+    RetryPolicy,
+    VerifyReport,
+    check_key,
+    decode_cursor,
+    encode_cursor,
+    to_epoch_ms,
+)
+from ._store_writes import Attempts, Writer, summary_for
+from .backends import open_backend
+from .backends._base import Backend, Namespaced, Query, Record, Repairable, Summary, closed_error
+from .errors import (
+    BackendError,
+    CheckpointError,
+    ConflictError,
+    InvalidArgumentError,
+    InvalidKeyError,
+)
+
+__all__ = [
+    "DEFAULT_STORE_PATH",
+    "MAX_KEY_LENGTH",
+    "STORE_ENV",
+    "Forgotten",
+    "Page",
+    "RetryPolicy",
+    "Store",
+    "VerifyReport",
+    "open_store",
+    "summary_for",
+]
+
+STORE_ENV = "AGENT_CHECKPOINT_STORE"
+DEFAULT_STORE_PATH = ".agent-checkpoints"
+
+T = TypeVar("T")
+Putable = RunCheckpoint | Envelope | Mapping[str, Json]
+
+
+def _noop() -> None:
+    pass
+
+
+class Store:
+    """Checkpoints by key in one backend.
+
+    Keys default to ``identity.conversationId``, else ``runId``. Every stored record has a
+    revision; ``put`` is last-write-wins unless given ``if_revision=`` or ``create_only=True``,
+    and a lost condition raises ``ConflictError`` with nothing overwritten. The owner is
+    ``identity.principal``, write-once: another principal's write raises
+    ``OwnershipConflictError`` and changes nothing. ``get`` returns ``None`` only for a key
+    never written (or deleted); bytes that do not decode raise ``UnreadableEnvelopeError``.
+    Transient backend faults are retried per ``retry``; a retried conditional write whose first
+    attempt landed is recognised as landed, not reported as a conflict.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        codec: Codec | None = None,
+        retry: RetryPolicy | None = None,
+        max_record_bytes: int | None = None,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.backend = backend
+        """The backend this store runs on. Go through the store's methods rather than this:
+        they hold the checks, retries and segment handling every backend gets."""
+        self._codec = codec or Codec()
+        self.retry = retry or RetryPolicy()
+        self._clock = clock
+        self._closed = False
+        # what every read and write goes through: the store-side segment layer over the
+        # backend (it keeps growing histories in pieces: _segments.py), where the backend
+        # has namespaces for them; without, every put writes the whole record
+        self._records: Backend = (
+            Segmented(backend)
+            if isinstance(backend, Namespaced) and not isinstance(backend, Segmented)
+            else backend
+        )
+        self._writer = Writer(self._records, self._call, max_record_bytes)
+        self._appender = self._writer.appender
+
+    @property
+    def max_record_bytes(self) -> int | None:
+        """A put of a bigger record raises ``RecordTooLargeError``; ``None``: no limit."""
+        return self._writer.max_record_bytes
+
+    @max_record_bytes.setter
+    def max_record_bytes(self, limit: int | None) -> None:
+        self._writer.max_record_bytes = limit
+
+    # -- writing -------------------------------------------------------------------------
+
+    def envelope_for(self, item: Putable) -> Envelope | Mapping[str, Json]:
+        """The envelope ``put`` stores for ``item``, stamped now unless it is one already."""
+        if isinstance(item, RunCheckpoint):
+            return to_envelope(item, saved_at=self._clock())
+        if isinstance(item, Envelope):
+            return item
+        if isinstance(item, Mapping) and "format" in item:
+            return item
+        if isinstance(item, Mapping):
+            return {"format": "conversation-v1", "data": dict(item), "savedAt": self._clock()}
+        raise InvalidArgumentError(
+            f"put takes a RunCheckpoint, an Envelope or a JSON object, not {item!r}"
+        )
+
+    def put(
+        self,
+        item: Putable,
+        *,
+        key: str | None = None,
+        if_revision: int | None = None,
+        create_only: bool = False,
+    ) -> Summary:
+        """Store a checkpoint (or envelope, or its JSON) and return the stored summary."""
+        envelope = self.envelope_for(item)
+        if key is None:
+            key = (
+                envelope.conversation.default_key
+                if isinstance(envelope, Envelope)
+                else default_key(envelope)
+            )
+        check_key(key)
+        if (
+            isinstance(item, RunCheckpoint)
+            and self._writer.appending is not None
+            and not self._codec.sealer.active
+        ):
+            assert isinstance(envelope, Envelope)
+            return self._writer.put_appending(
+                item, key, envelope.saved_at, if_revision, create_only
+            )
+        body, digest = self._codec.encode(envelope, key)
+        return self._write(
+            Record(summary_for(key, digest, len(body)), body), if_revision, create_only
+        )
+
+    def put_record(
+        self,
+        record: Record,
+        *,
+        if_revision: int | None = None,
+        create_only: bool = False,
+        as_is: bool = False,
+    ) -> Summary:
+        """Store already-encoded bytes (``copy`` and ``rekey`` use this). They pass the checks
+        ``put`` makes: they must decode under this store's codec to an envelope the door and
+        the writer accept. The summary stored is derived from them (of ``record.summary``,
+        only the key is used).
+
+        ``as_is=True`` skips those checks and stores the bytes with ``record.summary``: for
+        bytes no check can open (a record encrypted under a key this store lacks) or that a
+        copy carries over on request although they do not decode (``copy
+        --include-unreadable``). Nothing else should pass it."""
+        key = check_key(record.key)
+        if as_is:
+            return self._write(record, if_revision, create_only)
+        digest = self._codec.check_stored(record.body, key)
+        checked = Record(summary_for(key, digest, len(record.body)), record.body)
+        return self._write(checked, if_revision, create_only)
+
+    def _write(self, record: Record, if_revision: int | None, create_only: bool) -> Summary:
+        self._appender.forget(record.key)
+        return self._writer.write(record, if_revision, create_only, None)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def get_record(self, key: str) -> Record | None:
+        """The stored bytes and summary, undecoded."""
+        return self._call(lambda: self._records.load(check_key(key)))
+
+    def get_envelope(self, key: str) -> Envelope | None:
+        record = self.get_record(key)
+        return None if record is None else self._codec.decode(record.body, key)
+
+    def get_json(self, key: str) -> dict[str, Json] | None:
+        """The stored envelope as plain JSON (upgraded and validated)."""
+        record = self.get_record(key)
+        return None if record is None else self._codec.decode_json(record.body, key)
+
+    def get(self, key: str) -> RunCheckpoint | None:
+        """The conversation stored under ``key``, or ``None`` if it was never written."""
+        envelope = self.get_envelope(key)
+        return None if envelope is None else conversation_of(envelope)
+
+    def head(self, key: str) -> Summary | None:
+        return self._call(lambda: self._records.head(check_key(key)))
+
+    def owner(self, key: str) -> str | None:
+        """The key's owner; ``None`` for a missing or unowned key."""
+        summary = self.head(key)
+        return summary.owner if summary is not None else None
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.head(key) is not None
+
+    # -- deleting ------------------------------------------------------------------------
+
+    def delete(self, key: str, *, if_revision: int | None = None) -> bool:
+        """Remove a record; ``True`` if it existed."""
+        check_key(key)
+        self._appender.forget(key)
+        attempts = Attempts(self._records, key)
+
+        def drop() -> bool:
+            attempts.start()
+            try:
+                dropped = self._records.drop(key, expect_revision=if_revision)
+            except ConflictError:
+                if attempts.deleted():
+                    return True
+                raise
+            return dropped or attempts.retried
+
+        return self._call(drop)
+
+    def forget_older_than(self, cutoff: datetime | int | float, *, limit: int = 1000) -> Forgotten:
+        """Delete records saved strictly before ``cutoff``, oldest first, at most ``limit``."""
+        before = to_epoch_ms(cutoff, "cutoff")
+        victims = self._call(
+            lambda: self._records.scan(
+                Query(saved_before=before, oldest_first=True, limit=limit + 1)
+            )
+        )
+        forgotten = 0
+        for summary in victims[:limit]:
+            try:
+                if self._drop(summary):
+                    forgotten += 1
+            except ConflictError:
+                continue  # rewritten since the scan: it is no longer old
+        return Forgotten(forgotten, len(victims) > limit)
+
+    def _drop(self, summary: Summary) -> bool:
+        return self._call(lambda: self._records.drop(summary.key, expect_revision=summary.revision))
+
+    # -- listing -------------------------------------------------------------------------
+
+    def list(
+        self,
+        *,
+        owner: str | None = None,
+        agent_id: str | None = None,
+        failed: bool | None = None,
+        phase: str | None = None,
+        before: datetime | int | float | None = None,
+        since: datetime | int | float | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page:
+        """Summaries newest first (ties by key), filtered, one page at a time."""
+        if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise InvalidKeyError(f"limit must be between 1 and {MAX_PAGE}, got {limit!r}")
+        filters = {"owner": owner, "agent_id": agent_id, "phase": phase}
+        holdable = all(_holdable(name, value) for name, value in filters.items())
+        query = Query(
+            owner=owner,
+            agent_id=agent_id,
+            failed=failed,
+            phase=phase,
+            saved_before=None if before is None else to_epoch_ms(before, "before"),
+            saved_since=None if since is None else to_epoch_ms(since, "since"),
+            after=None if cursor is None else decode_cursor(cursor),
+            limit=limit + 1,
+        )
+        # a filter no stored record can hold matches nothing: no backend call (the other
+        # arguments are still checked above, and a closed store still refuses)
+        found = self._call(lambda: self._records.scan(query) if holdable else [])
+        items = found[:limit]
+        return Page(items, encode_cursor(items[-1]) if len(found) > limit else None)
+
+    def iter_summaries(self, *, page_size: int = 500, **filters: Any) -> Iterator[Summary]:
+        """Every summary matching ``filters``, newest first, fetched page by page."""
+        cursor: str | None = None
+        while True:
+            page = self.list(limit=page_size, cursor=cursor, **filters)
+            yield from page.items
+            if page.cursor is None:
+                return
+            cursor = page.cursor
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Create what the backend needs (tables, indexes); idempotent. A no-op where none."""
+        setup = getattr(self.backend, "setup", None)
+        self._call(setup if callable(setup) else lambda: None)  # a closed store refuses either way
+
+    def close(self) -> None:
+        """Close the backend (its connections, pools and threads; injected clients stay
+        open). Idempotent. Every later operation raises ``StoreClosedError``."""
+        self._closed = True
+        self.backend.close()
+
+    @property
+    def closed(self) -> bool:
+        """``close()`` was called on this store or on its backend."""
+        return self._closed or getattr(self.backend, "closed", False) is True  # not a method
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- claims --------------------------------------------------------------------------
+
+    def claim(self, key: str, worker: str, *, ttl: float) -> Claim:
+        """An exclusive lease on the run under ``key`` for ``ttl`` seconds, for one worker.
+
+        Raises ``ClaimedError`` while another worker's lease is live, ``NotFoundError`` if no
+        run is stored there. Writes through the returned ``Claim`` are fenced: once the lease
+        expired and another worker took the run, they raise ``LeaseError``.
+        """
+        if not isinstance(worker, str) or not worker:
+            raise InvalidKeyError("a claim needs a non-empty worker name")
+        if ttl <= 0:
+            raise InvalidArgumentError(f"ttl must be positive, got {ttl!r}")
+        return Claim.acquire(self, self._claims_access(), check_key(key), worker, int(ttl * 1000))
+
+    def claims(self, *, limit: int = 1000) -> builtins.list[LeaseInfo]:
+        """Live claims: key, worker and expiry (epoch ms)."""
+        return live_leases(self._claims_access(), limit)
+
+    def _claims_access(self) -> Access:
+        return Access(call=self._call, now=self._now, backend=self.backend)
+
+    # -- maintenance: what copy, migrate, rekey and verify use --------------------------
+
+    @property
+    def migrations(self) -> Migrations:
+        """The chain reads go through: a record stored at an older version is read (and
+        ``migrated``) at ``migrations.current``. Set by ``open_store(migrations=...)``."""
+        return self._codec.migrations
+
+    def decode(self, record: Record) -> Envelope:
+        """The envelope a stored record holds (one ``get_record`` returned, here or in another
+        store), opened with this store's keys and upgraded by its migration chain, as
+        ``get_envelope`` reads it. Raises ``UnreadableEnvelopeError`` for bytes that do not
+        decode, ``DecryptionError`` for a record this store's keys cannot open."""
+        return self._codec.decode(record.body, record.key)
+
+    def can_open(self, record: Record) -> bool:
+        """Whether this store holds what ``record`` needs to be opened: ``False`` only for a
+        record encrypted under a key id its keyring lacks (or with no keyring). A damaged
+        record counts as openable: ``decode`` then reports what is wrong with it."""
+        return self._codec.sealer.can_open(record.body)
+
+    def migrated(self, record: Record) -> dict[str, Json] | None:
+        """The envelope ``record`` holds as JSON upgraded to ``migrations.current`` (what
+        ``put`` takes to store it so), or ``None`` when it is not stored at an older version:
+        nothing to migrate. Raises as ``decode`` does for a record that cannot be read, and
+        ``InvalidCheckpointError`` for a version the chain has no path from."""
+        body = self._codec.sealer.open(record.body, record.key)
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            doc = None  # decode_json below reports it as unreadable
+        else:
+            data = doc.get("data") if isinstance(doc, dict) else None
+            if isinstance(data, dict) and doc.get("format") == PAUSED_RUN:
+                data = data.get("conversation")
+            if not self._codec.migrations.needs_upgrade(data):
+                return None
+        return self._codec.decode_json(record.body, record.key)
+
+    def resealed(self, record: Record) -> Record | None:
+        """``record`` sealed as this store seals new records (encrypted under its keyring's
+        primary key, compressed as it compresses), with the same summary, for ``rekey``;
+        ``None`` when it is sealed so already. Raises ``DecryptionError`` for a record this
+        store's keys cannot open, ``UnreadableEnvelopeError`` for a damaged container."""
+        if self._codec.sealer.settled(record.body):
+            return None
+        return Record(record.summary, self._codec.reseal(record.body, record.key))
+
+    def verify(
+        self, *, repair: bool = False, grace: float = 300.0, on_record: Callable[[], None] = _noop
+    ) -> VerifyReport:
+        """Decode every record and check the index against the records, one page at a time;
+        ``on_record`` is called once per record listed (for progress bars).
+
+        Where the backend writes its index after the record (``Repairable``: disk, S3,
+        fsspec), records missing from the index are found too, and ``repair`` rebuilds the
+        index from the records; where it can only drop stale entries (Redis), ``repair``
+        does that; where index and record change together, a stale index cannot happen and
+        ``repair`` of one raises ``BackendError``. Where the backend keeps history segments
+        as objects of their own (``Collecting``), segment objects older than ``grace``
+        seconds that no record refers to are counted, and ``repair`` deletes them.
+        """
+        report = VerifyReport()
+        backend = self.backend
+        if isinstance(self._records, Collecting):
+            collector = self._records
+            report.orphans = self._call(
+                lambda: collector.collect_orphans(delete=repair, grace=grace)
+            )
+        listed: set[str] = set()
+        for summary in self.iter_summaries(page_size=500):
+            on_record()
+            listed.add(summary.key)
+            record = self.get_record(summary.key)
+            if record is None or record.summary.revision != summary.revision:
+                report.stale.append(summary.key)
+            elif not self._decodes(record):
+                report.unreadable.append(summary.key)
+            report.checked += 1
+        if isinstance(backend, Repairable):
+            for record in backend.iter_records():
+                if record.key not in listed:
+                    report.unlisted.append(record.key)
+                    if not self._decodes(self._whole(record)):
+                        report.unreadable.append(record.key)
+        if repair and (report.stale or report.unlisted):
+            if isinstance(backend, Repairable):
+                report.repaired = self._call(backend.rebuild_index)
+            elif callable(repair_index := getattr(backend, "repair", None)):
+                self._call(repair_index)  # drops index entries whose record is gone
+                report.repaired = report.checked - len(report.stale)
+            else:
+                raise BackendError(
+                    f"the {backend.name} backend updates its index atomically with each "
+                    "record; there is no separate index to rebuild",
+                    backend=backend.name,
+                    operation="verify",
+                )
+        return report
+
+    def _whole(self, record: Record) -> Record:
+        """A record read past the segment layer (``iter_records``), assembled as ``get``
+        assembles it; one the layer cannot assemble any more is returned as stored (and so
+        reported unreadable)."""
+        if isinstance(self._records, Segmented):
+            with contextlib.suppress(CheckpointError):
+                return self._records.whole(record) or record
+        return record
+
+    def _decodes(self, record: Record) -> bool:
+        try:
+            self.decode(record)
+        except CheckpointError:
+            return False
+        return True
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _now(self) -> int:
+        return self._clock()
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        """Run a backend operation under this store's retry policy."""
+        if self.closed:
+            raise closed_error(self.backend.name)
+        for attempt in self.retry.retrying():
+            with attempt:
+                return fn()
+        raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
+
+
+def _holdable(name: str, value: str | None) -> bool:
+    """Whether a stored record can hold ``value`` in the field a listing filter ``name``
+    compares: none holds a NUL or a lone surrogate (the writer refuses them, and not every
+    backend can even send them), so such a filter matches nothing, without a backend call."""
+    if value is None:
+        return True
+    if not isinstance(value, str):
+        raise InvalidKeyError(f"the {name} filter must be a string, got {type(value).__name__}")
+    return "\x00" not in value and not any(0xD800 <= ord(ch) <= 0xDFFF for ch in value)
+
+
+def default_key(envelope: Mapping[str, Any]) -> str:
+    """``identity.conversationId`` when present, else ``runId`` (of the paused conversation)."""
+    try:
+        return _default_key(envelope)
+    except (KeyError, TypeError, AttributeError):
+        validate_envelope(envelope)  # raises the door's message for what is missing
+        raise
+
+
+def _default_key(envelope: Mapping[str, Any]) -> str:
+    data = envelope["data"]
+    conversation = data["conversation"] if envelope.get("format") == PAUSED_RUN else data
+    identity = conversation.get("identity")
+    conversation_id = identity.get("conversationId") if isinstance(identity, dict) else None
+    if isinstance(conversation_id, str) and conversation_id:
+        return conversation_id
+    return str(conversation["runId"])
+
+
+def open_store(
+    url: str | None = None,
+    *,
+    create: bool = True,
+    keyring: Keyring | None = None,
+    compress: Compression | None = None,
+    migrations: Migrations | None = None,
+    retry: RetryPolicy | None = None,
+    max_record_bytes: int | None = None,
+    **backend_options: Any,
+) -> Store:
+    """A ``Store`` on the backend ``url`` names (see ``backends.open_backend``).
+
+    With no URL: ``$AGENT_CHECKPOINT_STORE`` if set, else a disk store in ``./.agent-checkpoints``.
+    ``create=False`` opens only a store that exists (``StoreNotFoundError`` for a disk folder
+    that holds none; nothing is created), as the CLI's reading commands do.
+    ``keyring`` encrypts new records (AES-256-GCM) and opens old ones; ``compress="zlib"``
+    compresses them; either wraps records in the container of ``_container.py``.
+    ``backend_options`` go to the backend (``prefix=``, ``schema=``, a ready ``client=``...).
+    """
+    url = url or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
+    codec = Codec(migrations or DEFAULT_MIGRATIONS, Sealer(keyring=keyring, compress=compress))
+    return Store(
+        open_backend(url, create=create, **backend_options),
+        codec=codec,
+        retry=retry,
+        max_record_bytes=max_record_bytes,
+    )

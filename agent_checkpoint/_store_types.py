@@ -1,0 +1,154 @@
+"""The values the ``Store`` takes and returns, and the checks of what callers pass it: the retry
+policy, a page of summaries and its keyset cursor, the outcome of a retention pass and of a
+verification, keys and moments in time (``_store.py`` holds the Store itself).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from .backends._base import Summary
+from .errors import BackendUnavailableError, InvalidArgumentError, InvalidKeyError
+
+__all__ = [
+    "MAX_KEY_LENGTH",
+    "MAX_PAGE",
+    "MOMENT_LIMIT_MS",
+    "NO_RETRY",
+    "Forgotten",
+    "Page",
+    "RetryPolicy",
+    "VerifyReport",
+    "check_key",
+    "decode_cursor",
+    "encode_cursor",
+    "to_epoch_ms",
+]
+
+MAX_KEY_LENGTH = 1024
+"""Longest key, in characters, any backend accepts."""
+MAX_PAGE = 10_000
+MOMENT_LIMIT_MS = 2**63 - 1
+"""Times given to the Store (cutoffs, bounds, cursors) lie within this many milliseconds of
+the epoch (a signed 64-bit integer, which every backend's index compares alike)."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential backoff with full jitter around transient backend faults."""
+
+    attempts: int = 6
+    initial: float = 0.05
+    maximum: float = 2.0
+    deadline: float = 15.0
+
+    def retrying(self) -> Retrying:
+        return Retrying(
+            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.deadline),
+            wait=wait_random_exponential(multiplier=self.initial, max=self.maximum),
+            retry=retry_if_exception_type(BackendUnavailableError),
+            reraise=True,
+        )
+
+
+NO_RETRY = RetryPolicy(attempts=1)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of summaries; pass ``cursor`` back for the next, ``None`` when there is none."""
+
+    items: list[Summary]
+    cursor: str | None
+
+    def __iter__(self) -> Iterator[Summary]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    forgotten: int
+    more: bool
+
+
+@dataclass
+class VerifyReport:
+    """What ``Store.verify`` found."""
+
+    checked: int = 0
+    unreadable: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    """Keys the index lists whose record is gone or at another revision."""
+    unlisted: list[str] = field(default_factory=list)
+    """Keys of records the index misses."""
+    repaired: int | None = None
+    """With ``repair``, when the index needed it: how many records it lists now."""
+    orphans: int = 0
+    """Segment objects no record refers to (left by writers that died mid-write): garbage,
+    not lost data; ``repair`` removes them."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.unreadable and (
+            self.repaired is not None or not (self.stale or self.unlisted)
+        )
+
+
+def check_key(key: Any) -> str:
+    """A key any backend can hold: a non-empty printable string of at most ``MAX_KEY_LENGTH``."""
+    if not isinstance(key, str) or not key:
+        raise InvalidKeyError(f"a key must be a non-empty string, got {key!r}")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidKeyError(f"key is {len(key)} characters; the limit is {MAX_KEY_LENGTH}")
+    if not key.isprintable():
+        raise InvalidKeyError(f"key {key!r} holds a control or non-printable character")
+    return key
+
+
+def encode_cursor(summary: Summary) -> str:
+    return f"{summary.saved_at}:{summary.key}"
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    saved, sep, key = cursor.partition(":")
+    if not sep or not saved.isdigit() or not key:
+        raise InvalidKeyError(f"invalid cursor {cursor[:80]!r}: expected '<savedAt>:<key>'")
+    return _in_range(int(saved), "the cursor's time"), key
+
+
+def to_epoch_ms(moment: datetime | int | float, what: str = "time") -> int:
+    """Epoch milliseconds of ``moment``, refused (``InvalidKeyError``) outside
+    ``±MOMENT_LIMIT_MS``, so every backend answers the same."""
+    if isinstance(moment, datetime):
+        if moment.tzinfo is None:
+            raise InvalidArgumentError("a naive datetime is ambiguous; give one with a timezone")
+        return int(moment.timestamp() * 1000)
+    if isinstance(moment, float) and not math.isfinite(moment):
+        raise InvalidKeyError(f"{what} {moment!r} is not a number of milliseconds")
+    return _in_range(int(moment), what)
+
+
+def _in_range(ms: int, what: str) -> int:
+    if not -MOMENT_LIMIT_MS <= ms <= MOMENT_LIMIT_MS:
+        digits = int(ms.bit_length() * math.log10(2))  # str() of a huge int is refused
+        shown = f"{ms} ms" if digits < 30 else f"{'-' if ms < 0 else ''}~10^{digits} ms"
+        raise InvalidKeyError(
+            f"{what} {shown} is out of range: times are epoch milliseconds within "
+            f"±{MOMENT_LIMIT_MS} (a signed 64-bit integer)"
+        )
+    return ms

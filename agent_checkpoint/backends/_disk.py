@@ -1,0 +1,347 @@
+"""A folder on disk: one file per record, an SQLite index beside them (POSIX).
+
+Layout under the root folder::
+
+    records/<name>     one JSON header line (the summary), a newline, then the stored bytes;
+                       a deleted key leaves a tombstone line holding its last revision, so
+                       that the key's revisions never repeat
+    locks/<n>.lock     256 striped lock files; ``flock`` serialises writers of one key
+    index.sqlite3      summaries for listing, plus a ``pending`` table of keys mid-write
+    _<namespace>/      the same layout again for the Store's bookkeeping: claims, and the
+                       pieces of long histories (the Store's segment layer, ``_segments.py``)
+    segments/<name>/   read only: the history data files of records that version 0.4 stored
+                       split; a write or delete of such a record removes them
+
+A write takes the key's lock, reads the current header from the record file (the source of
+truth, never the index), marks the key pending in the index, writes a temp file, fsyncs it,
+renames it over the record and fsyncs the folder, then updates the index and clears the mark
+in one transaction. A process killed at any instant leaves the old or the new file (rename is
+atomic), and a pending mark that outlived its writer is reconciled from the file before the
+next listing. The index is rebuilt from the records when it is missing (``rebuild_index``).
+
+``_disk_files.py`` holds the file format and the file writes, ``_disk_index.py`` the SQLite
+index; this module takes the locks and orders the steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import os
+import sqlite3
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from ..errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConflictError,
+    InvalidKeyError,
+    StoreNotFoundError,
+)
+from ._base import Closable, Query, Record, Summary, plan_save
+from ._disk_files import (
+    RecordFiles,
+    file_name,
+    header_line,
+    is_record_file,
+    is_tombstone,
+    parse_record,
+    tombstone_line,
+)
+from ._disk_index import SummaryIndex, busy
+
+__all__ = ["DiskBackend", "file_name"]
+
+_LOCK_STRIPES = 256
+
+_REBUILD = (
+    "; the store's index.sqlite3 cannot be read: move it aside and the store rebuilds it from "
+    "the record files"
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@contextmanager
+def _translated(operation: str) -> Iterator[None]:
+    """The file system's and SQLite's errors as the library's: a lock another process held
+    past the busy timeout is transient (the Store retries it), anything else is not."""
+    try:
+        yield
+    except (OSError, sqlite3.Error) as exc:
+        hint = _REBUILD if type(exc) is sqlite3.DatabaseError else ""  # "not a database"
+        raise (BackendUnavailableError if busy(exc) else BackendError)(
+            f"disk {operation} failed: {type(exc).__name__}: {exc}{hint}",
+            backend="disk",
+            operation=operation,
+        ) from exc
+
+
+def _translating(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    def decorate(method: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(method)
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            with _translated(operation):
+                return method(*args, **kwargs)
+
+        return run
+
+    return decorate
+
+
+def _refuse_nested(root: Path) -> None:
+    """A store's folder holds its records, index and namespaces (claims live in ``_leases``):
+    a store opened inside another's folder could share or clobber those files."""
+    parent = root.absolute().parent
+    if (parent / "index.sqlite3").is_file() and (parent / "records").is_dir():
+        raise InvalidKeyError(
+            f"{str(root)!r} is inside the disk store at {str(parent)!r}: a store's folder "
+            "belongs to that store; choose a folder outside it"
+        )
+
+
+def _check_root(root: Path, create: bool) -> None:
+    """Refuse a root that is not a folder, and without ``create`` one that holds no store."""
+    where = os.path.abspath(root)
+    for path in (root, *root.parents):
+        if path.exists():
+            if not path.is_dir():
+                raise InvalidKeyError(
+                    f"disk store {where!r}: {str(path)!r} is a file, not a folder"
+                )
+            break
+    if create or (root / "records").is_dir():
+        return
+    why = "holds no checkpoint store" if root.is_dir() else "does not exist"
+    raise StoreNotFoundError(
+        f"no store at {where!r}: the folder {why}; nothing was created (put, save or setup "
+        "create a store)"
+    )
+
+
+class DiskBackend(Closable):
+    name = "disk"
+    makes_store_on_open = True
+    """Opening makes the folder; ``create=False`` refuses a folder that holds no store."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        fsync: bool = True,
+        create: bool = True,
+        _namespace: bool = False,
+    ) -> None:
+        self.root = Path(root)
+        if not _namespace:
+            _refuse_nested(self.root)
+        self._files = RecordFiles(self.root, fsync=fsync)
+        self._locks = self.root / "locks"
+        self._guard = threading.Lock()
+        self._siblings: dict[str, DiskBackend] = {}
+        index = self.root / "index.sqlite3"
+        _check_root(self.root, create)
+        with _translated("open"):
+            self._files.records.mkdir(parents=True, exist_ok=True)
+            self._locks.mkdir(exist_ok=True)
+            fresh = not index.exists()
+            self._index = SummaryIndex(index, durable=fsync)
+        if fresh and any(self._files.records.iterdir()):
+            self.rebuild_index()
+
+    @property
+    def fsync(self) -> bool:
+        """Whether writes are fsynced (``False`` trades crash safety for speed, for tests)."""
+        return self._files.fsync
+
+    @fsync.setter
+    def fsync(self, value: bool) -> None:
+        self._files.fsync = value
+        self._index.durable = value  # connections opened from now on
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> DiskBackend:
+        if url.startswith("file://"):
+            path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
+        else:
+            path = url  # a bare path, taken as written
+        return cls(os.path.expanduser(path), **options)
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self, key: str, *, blocking: bool = True) -> Iterator[bool]:
+        stripe = int(hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:8], 16)
+        path = self._locks / f"{stripe % _LOCK_STRIPES:03d}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def _reconcile(self) -> None:
+        """Bring index entries of keys whose writer died mid-write in line with their files."""
+        for key in self._index.pending():
+            with self._locked(key, blocking=False) as held:
+                if held:  # a live writer holds it otherwise, and will finish the job itself
+                    found = self._files.read(key)
+                    summary = found[0].summary if found is not None else None
+                    self._index.update(
+                        key, summary if summary is not None and summary.run_id else None
+                    )
+
+    # -- the contract --------------------------------------------------------------------
+
+    @_translating("load")
+    def load(self, key: str) -> Record | None:
+        return self._files.load(key)
+
+    @_translating("head")
+    def head(self, key: str) -> Summary | None:
+        found = self._files.read(key)
+        return found[0].summary if found is not None else None
+
+    @_translating("save")
+    def save(
+        self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
+    ) -> Summary:
+        key = record.key
+        with self._locked(key):
+            current, last = self._current(key)
+            summary = plan_save(
+                current,
+                record,
+                expect_revision=expect_revision,
+                create_only=create_only,
+                revision=last + 1,
+            )
+            self._index.mark_pending(key)
+            self._files.write(key, header_line(summary), record.body)
+            self._index.update(key, summary)
+            self._files.prune_segments(key, None)
+            return summary
+
+    def _current(self, key: str) -> tuple[Summary | None, int]:
+        """The key's summary (``None`` for no record) and the last revision it had (its
+        tombstone's, for a deleted key); the caller holds the key's lock."""
+        found, last = self._files.state(key)
+        return (found[0].summary if found is not None else None), last
+
+    @_translating("drop")
+    def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
+        with self._locked(key):
+            current = self._current(key)[0]
+            if expect_revision is not None:
+                found = current.revision if current is not None else None
+                if found != expect_revision:
+                    raise ConflictError(
+                        f"key {key!r} is at {'no record' if found is None else f'revision {found}'}, "
+                        f"not revision {expect_revision}; nothing was deleted",
+                        key=key,
+                    )
+            if current is None:
+                return False
+            self._index.mark_pending(key)
+            self._files.write_whole(key, tombstone_line(key, current.revision))
+            self._index.update(key, None)
+            self._files.prune_segments(key, None)
+            return True
+
+    @_translating("forget")
+    def forget(self, key: str) -> None:
+        """Remove ``key``'s record file and index entry, leaving no tombstone (``Forgetting``:
+        for keys never written again, such as the segment layer's pieces)."""
+        with self._locked(key):
+            if self._current(key)[0] is None:
+                return
+            self._index.mark_pending(key)
+            self._files.remove(key)
+            self._index.update(key, None)
+            self._files.prune_segments(key, None)
+
+    @_translating("scan")
+    def scan(self, query: Query) -> list[Summary]:
+        self._reconcile()
+        return self._index.scan(query)
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    def iter_records(self) -> Iterator[Record]:
+        """Every record file, in no particular order (for verification and rebuilds)."""
+        with _translated("iter_records"):
+            for path in self._files.records.iterdir():
+                if not is_record_file(path.name):
+                    continue
+                try:
+                    data = path.read_bytes()
+                except FileNotFoundError:
+                    continue
+                if is_tombstone(data):
+                    continue
+                record, split = parse_record(path.name, data)
+                assembled = self._files.assembled(record, split)
+                if assembled is None:  # rewritten meanwhile: read it again
+                    assembled = self._files.load(record.summary.key)
+                if assembled is not None:
+                    yield assembled
+
+    @_translating("rebuild_index")
+    def rebuild_index(self) -> int:
+        """Recreate the index from the record files; return how many records it holds."""
+        summaries = []
+        for path in self._files.records.iterdir():
+            if is_record_file(path.name):
+                with contextlib.suppress(FileNotFoundError):
+                    record, _ = parse_record(path.name, path.read_bytes())
+                    if record.summary.run_id:  # a tombstone or a garbled header has none
+                        summaries.append(record.summary)
+        self._index.replace_all(summaries)
+        return len(summaries)
+
+    @_translating("verify")
+    def collect_orphans(self, *, delete: bool = False, grace: float = 300.0) -> int:
+        """Temp files older than ``grace`` seconds (what writers killed mid-write leave), and
+        version 0.4's history data files no record file refers to; with ``delete``, remove
+        them. (The Store's segment layer collects its own pieces.)"""
+        found = self._files.orphans(grace)
+        if delete:
+            for path in found:
+                path.unlink(missing_ok=True)
+            for folder in self._files.legacy_folders():
+                with contextlib.suppress(OSError):
+                    folder.rmdir()  # only if empty
+        return len(found)
+
+    @_translating("namespace")
+    def namespace(self, name: str) -> DiskBackend:
+        with self._guard:
+            sibling = self._siblings.get(name)
+            if sibling is None:
+                sibling = self._siblings[name] = DiskBackend(
+                    self.root / f"_{name}", fsync=self.fsync, _namespace=True
+                )
+            return sibling
+
+    def namespace_exists(self, name: str) -> bool:
+        """Whether ``namespace(name)`` has made its folder (opening it does), without making
+        it: a read such as ``Store.claims()`` then leaves the store folder as it was."""
+        return name in self._siblings or (self.root / f"_{name}").is_dir()
+
+    def close(self) -> None:
+        self._closed = True
+        for sibling in list(self._siblings.values()):
+            sibling.close()
+        self._index.close()

@@ -1,0 +1,264 @@
+"""The disk backend's files (``_disk.py`` locks and indexes them): the record file format, a
+JSON header line then the stored bytes.
+
+Version 0.4 stored a growing history *split*: the record file held the envelope's head (its
+history cut out at ``GAP``) and a ``split`` header naming a data file under ``segments/``
+that appends grew. Such records are still read (``assembled``) and their data files removed
+when the record is next written or deleted; nothing writes them any more (the Store's segment
+layer keeps long histories in pieces of its own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .._codec import join_parts
+from ._base import Record, Summary
+
+__all__ = [
+    "RecordFiles",
+    "Split",
+    "file_name",
+    "header_line",
+    "is_record_file",
+    "is_tombstone",
+    "parse_record",
+    "tombstone_line",
+]
+
+_SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
+_RECORD_FILE = re.compile(r".*~[0-9a-f]{20}")
+_TOMBSTONE = b'{"tombstone":true,'
+
+
+def file_name(key: str) -> str:
+    """A file name no key can escape the folder with: a readable, percent-encoded prefix and a
+    hash of the whole key, so long keys and keys differing only by case stay distinct."""
+    readable = urllib.parse.quote(key, safe=_SAFE)[:120]
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+    return f"{readable}~{digest}"
+
+
+def is_record_file(name: str) -> bool:
+    """Whether a name in ``records/`` is a record file (a key may begin with a dot, so a
+    record file may too; a temp file never ends as ``file_name`` ends)."""
+    return _RECORD_FILE.fullmatch(name) is not None
+
+
+def is_tombstone(data: bytes) -> bool:
+    return data.startswith(_TOMBSTONE)
+
+
+def tombstone_line(key: str, revision: int) -> bytes:
+    """The whole file a deleted key leaves: it keeps the key's last revision, so the key's
+    next record continues past it (revisions never repeat)."""
+    return _TOMBSTONE + orjson.dumps({"key": key, "revision": revision})[1:]
+
+
+def header_line(summary: Summary) -> bytes:
+    fields: dict[str, Any] = {
+        "key": summary.key,
+        "runId": summary.run_id,
+        "savedAt": summary.saved_at,
+        "owner": summary.owner,
+        "agentId": summary.agent_id,
+        "failurePhase": summary.failure_phase,
+        "failureIteration": summary.failure_iteration,
+        "messageCount": summary.message_count,
+        "revision": summary.revision,
+        "size": summary.size,  # what a reader gets back: more than the file holds, for a
+    }  # record of the Store's segment layer (its older history is in pieces)
+    return orjson.dumps(fields)
+
+
+Split = dict[str, Any]
+"""A version 0.4 split record's header part: generation, segment count, digest, assembled
+size, and the committed length of the generation's data file (``len``; absent in the still
+older layout of one file per segment, ``<generation>-<index>``)."""
+
+
+def parse_record(key: str, data: bytes) -> tuple[Record, Split | None]:
+    """The record in a file's bytes (for a split record, its head) and its split header. A file
+    whose header does not parse is still returned, whole, so the codec reports it unreadable
+    rather than absent."""
+    head, sep, body = data.partition(b"\n")
+    try:
+        h: dict[str, Any] = orjson.loads(head) if sep else {}
+        split = h.get("split")
+        summary = Summary(
+            key=h["key"],
+            run_id=h["runId"],
+            saved_at=h["savedAt"],
+            owner=h["owner"],
+            agent_id=h["agentId"],
+            failure_phase=h["failurePhase"],
+            failure_iteration=h["failureIteration"],
+            message_count=h["messageCount"],
+            size=split["size"] if split else h.get("size", len(body)),
+            revision=h["revision"],
+        )
+    except (orjson.JSONDecodeError, TypeError, KeyError):
+        return Record(Summary(key, "", 0, None, None, None, None, 0, len(data), 0), data), None
+    return Record(summary, body), split
+
+
+class RecordFiles:
+    """The ``records/`` and ``segments/`` folders under a disk store's root. The caller holds
+    the key's lock around every write."""
+
+    def __init__(self, root: Path, *, fsync: bool) -> None:
+        self.records = root / "records"
+        self.segments = root / "segments"
+        self.fsync = fsync
+
+    def path(self, key: str) -> Path:
+        return self.records / file_name(key)
+
+    def read(self, key: str) -> tuple[Record, Split | None] | None:
+        return self.state(key)[0]
+
+    def state(self, key: str) -> tuple[tuple[Record, Split | None] | None, int]:
+        """The record file's record and split header (``None`` for no record), and the last
+        revision the key had: its record's, a tombstone's, or 0 for a key never written."""
+        try:
+            data = self.path(key).read_bytes()
+        except FileNotFoundError:
+            return None, 0
+        if is_tombstone(data):
+            revision = orjson.loads(data).get("revision")
+            return None, revision if isinstance(revision, int) else 0
+        found = parse_record(key, data)
+        return found, found[0].summary.revision
+
+    def assembled(self, record: Record, split: Split | None) -> Record | None:
+        """The record with its history put back; ``None`` if its data file is gone (a full
+        write replaced it since the record file was read: read again)."""
+        if split is None:
+            return record
+        folder = self.segments / file_name(record.key)
+        try:
+            if "len" not in split:  # the older layout: one file per segment
+                segments = [
+                    (folder / f"{split['gen']}-{i}").read_bytes() for i in range(split["segs"])
+                ]
+                return Record(
+                    record.summary, join_parts(record.body, b",".join(s for s in segments if s))
+                )
+            with open(folder / str(split["gen"]), "rb") as f:
+                data = f.read(split["len"])
+        except FileNotFoundError:
+            return None
+        if len(data) < split["len"]:
+            return record  # a truncated data file: the head alone reads as unreadable
+        return Record(record.summary, join_parts(record.body, data))
+
+    def load(self, key: str) -> Record | None:
+        found = self.read(key)
+        while found is not None:
+            record = self.assembled(*found)
+            if record is not None:
+                return record
+            again = self.read(key)
+            if again is not None and again[1] == found[1]:
+                return found[0]  # the record still refers to it: lost, so it reads unreadable
+            found = again  # a full write replaced the data file between the two reads
+        return None
+
+    def write(self, key: str, header: bytes, body: bytes) -> None:
+        """Replace the record file atomically: temp file, fsync, rename, folder fsync."""
+        self.write_whole(key, header + b"\n" + body)
+
+    def remove(self, key: str) -> None:
+        """Remove the record file, durably."""
+        self.path(key).unlink(missing_ok=True)
+        self.fsync_dir(self.records)
+
+    def write_whole(self, key: str, data: bytes) -> None:
+        target = self.path(key)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                if self.fsync:
+                    os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self.fsync_dir(self.records)
+
+    def prune_segments(self, key: str, keep_gen: int | None) -> None:
+        """Remove segment files no record file refers to (older generations, or all)."""
+        folder = self.segments / file_name(key)
+        if not folder.exists():
+            return
+        for path in folder.iterdir():
+            if keep_gen is None or path.name.split("-", 1)[0] != str(keep_gen):
+                path.unlink(missing_ok=True)
+        if keep_gen is None:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+    def orphans(self, grace: float) -> list[Path]:
+        """Files older than ``grace`` seconds that no record file refers to: the temp files of
+        writers that died before their rename, and data files of generations no record names
+        (left by a writer that died between writing the data and its record, or between the
+        commit and the prune)."""
+        cutoff = time.time() - grace
+        found = [
+            path
+            for path in _entries(self.records)
+            if not is_record_file(path.name) and _older(path, cutoff)
+        ]
+        for folder in self.legacy_folders():
+            try:
+                data = (self.records / folder.name).read_bytes()
+            except FileNotFoundError:
+                data = b""
+            kept = None
+            if data and not is_tombstone(data):
+                split = parse_record(folder.name, data)[1]
+                kept = str(split["gen"]) if split else None
+            found += [
+                path
+                for path in _entries(folder)
+                if path.name.split("-", 1)[0] != kept and _older(path, cutoff)
+            ]
+        return found
+
+    def legacy_folders(self) -> list[Path]:
+        """The folders of version 0.4's history data files (none in a newer store)."""
+        return _entries(self.segments)
+
+    def fsync_dir(self, folder: Path) -> None:
+        if self.fsync:
+            fd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _older(path: Path, cutoff: float) -> bool:
+    try:
+        return path.stat().st_mtime < cutoff
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,213 @@
+"""The PostgreSQL backend's schema: its migration steps and the ledger that applies each once.
+
+``MIGRATIONS`` is ordered and append-only: a store created by an older library is brought up to
+date by running ``setup()`` again, which applies the steps its ledger lacks, in order, each in
+its own transaction under an advisory lock per schema (so concurrent setups are safe).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from ..errors import BackendError
+
+__all__ = ["LEDGER", "MAX_SCHEMA_NAME", "MAX_TABLE_NAME", "MIGRATIONS", "migrate", "object_names"]
+
+LEDGER = "agent_checkpoint_migrations"
+
+# Object names are derived from the table name (``<table>_segments_pkey`` is the longest), so it
+# must leave room under NAMEDATALEN (63).
+MAX_TABLE_NAME = 48
+MAX_SCHEMA_NAME = 63
+
+Step = tuple[int, str, tuple[str, ...]]
+
+MIGRATIONS: tuple[Step, ...] = (
+    (
+        1,
+        "records table",
+        (
+            # COLLATE "C": keys order by code point, as Python sorts str, whatever the database
+            # locale, so keyset cursors agree with every other backend.
+            """CREATE TABLE IF NOT EXISTS {table} (
+                key text COLLATE "C" PRIMARY KEY,
+                run_id text NOT NULL,
+                saved_at bigint NOT NULL,
+                owner text,
+                agent_id text,
+                failure_phase text,
+                failure_iteration bigint,
+                message_count bigint NOT NULL,
+                size bigint NOT NULL,
+                revision bigint NOT NULL,
+                body bytea NOT NULL
+            )""",
+        ),
+    ),
+    (
+        2,
+        "listing indexes",
+        (
+            # Plain CREATE INDEX: steps run inside a transaction, where CONCURRENTLY is refused.
+            "CREATE INDEX IF NOT EXISTS {newest_idx} ON {table} (saved_at DESC, key)",
+            "CREATE INDEX IF NOT EXISTS {oldest_idx} ON {table} (saved_at, key)",
+            "CREATE INDEX IF NOT EXISTS {owner_idx} ON {table} (owner, saved_at DESC, key)",
+            "CREATE INDEX IF NOT EXISTS {agent_idx} ON {table} (agent_id, saved_at DESC, key)",
+            "CREATE INDEX IF NOT EXISTS {failed_idx} ON {table} (saved_at DESC, key)"
+            " WHERE failure_phase IS NOT NULL",
+        ),
+    ),
+    (
+        3,
+        "history segments",
+        (
+            # A record stored in segments (see _segments.py) has an empty ``body``, its head in
+            # ``head``, the digest of its segments in ``digest`` and their count in
+            # ``segments``; the three are NULL for a record stored whole. A non-empty ``body``
+            # always wins, so a whole write by an older library (which sets ``body`` alone)
+            # still reads back as written. Nullable without a default: no table rewrite.
+            "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS head bytea",
+            "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS digest text",
+            "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS segments integer",
+            # The foreign key removes a record's segments with it (drop, retention); a whole
+            # write over a split record deletes them in its own transaction.
+            """CREATE TABLE IF NOT EXISTS {segments} (
+                key text COLLATE "C" NOT NULL REFERENCES {table} (key) ON DELETE CASCADE,
+                seq integer NOT NULL,
+                data bytea NOT NULL,
+                PRIMARY KEY (key, seq)
+            )""",
+        ),
+    ),
+    (
+        4,
+        "compressed segments",
+        (
+            # Segment rows hold a few messages each (appends join onto the last row up to
+            # ``chunk_bytes``). MAIN keeps them compressed inside the row instead of moving them
+            # out to TOAST, so updating the last row is a heap-only update whose old version
+            # its page reclaims without VACUUM; MAIN values still go out of line past a page.
+            # Both settings apply to values written from now on; stored values read as before.
+            "ALTER TABLE {segments} ALTER COLUMN data SET STORAGE MAIN",
+        ),
+    ),
+    (
+        5,
+        "partial owner and agent indexes",
+        (
+            # Only rows with an owner (an agent) are ever looked up by it: a run without one
+            # need not add an entry to these indexes on every put. Every put moves saved_at,
+            # so each index entry it adds stays until VACUUM.
+            "DROP INDEX IF EXISTS {owner_idx_in_schema}",
+            "CREATE INDEX {owner_idx} ON {table} (owner, saved_at DESC, key)"
+            " WHERE owner IS NOT NULL",
+            "DROP INDEX IF EXISTS {agent_idx_in_schema}",
+            "CREATE INDEX {agent_idx} ON {table} (agent_id, saved_at DESC, key)"
+            " WHERE agent_id IS NOT NULL",
+        ),
+    ),
+    (
+        6,
+        "no oldest-first index",
+        (
+            # Oldest first (retention) reads the newest-first index backwards, ordering ties
+            # by key with an incremental sort of each tie, so the second B-tree on saved_at
+            # only cost every put one more index entry (which stays until VACUUM).
+            "DROP INDEX IF EXISTS {oldest_idx_in_schema}",
+        ),
+    ),
+    (
+        7,
+        "revision sequence",
+        (
+            # Every write moves this sequence on, so it stays at or above every revision
+            # issued; a new key (or one deleted) takes its next value, so a key never repeats a
+            # revision it had (a stale compare-and-swap or retention pass cannot mistake the
+            # new record for the old). It starts past every revision already stored.
+            "CREATE SEQUENCE IF NOT EXISTS {revisions} AS bigint",
+            "SELECT setval({revisions_name}, m) FROM (SELECT max(revision) AS m FROM {table}) t"
+            " WHERE m >= 1",
+        ),
+    ),
+)
+
+
+def object_names(schema: str, table: str) -> dict[str, sql.Composable]:
+    """The identifiers the steps' ``{placeholders}`` stand for."""
+    return {
+        "table": sql.Identifier(schema, table),
+        "segments": sql.Identifier(schema, f"{table}_segments"),
+        "revisions": sql.Identifier(schema, f"{table}_revision_seq"),
+        # setval() takes the sequence's name as text (a regclass)
+        "revisions_name": sql.Literal(
+            sql.Identifier(schema, f"{table}_revision_seq").as_string(None)
+        ),
+        **{
+            f"{n}_idx": sql.Identifier(f"{table}_{n}_idx")
+            for n in ("newest", "oldest", "owner", "agent", "failed")
+        },
+        # An index lives in its table's schema: DROP INDEX must name that schema.
+        **{
+            f"{n}_idx_in_schema": sql.Identifier(schema, f"{table}_{n}_idx")
+            for n in ("oldest", "owner", "agent")
+        },
+    }
+
+
+def migrate(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    table: str,
+    steps: tuple[Step, ...],
+    names: dict[str, sql.Composable],
+) -> None:
+    """Create ``schema`` and the ledger if missing, then apply the ``steps`` not yet applied to
+    ``table``, in order. Refuses a table migrated by a newer library (a step it does not know)."""
+    lock = sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))")
+    lock_key = f"agent_checkpoint setup {schema}"
+    ledger = sql.Identifier(schema, LEDGER)
+    # One advisory lock per schema serialises concurrent setups, schema creation included.
+    with conn.transaction():
+        conn.execute(lock, (lock_key,))
+        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+        if found.fetchone() is None:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (table_name text NOT NULL, "
+                "version integer NOT NULL, name text NOT NULL, "
+                "applied_at timestamptz NOT NULL DEFAULT now(), "
+                "PRIMARY KEY (table_name, version))"
+            ).format(ledger)
+        )
+        newest = conn.execute(
+            sql.SQL("SELECT max(version) FROM {} WHERE table_name = %s").format(ledger), (table,)
+        ).fetchone()
+    latest = steps[-1][0]
+    if newest is not None and newest[0] is not None and newest[0] > latest:
+        raise BackendError(
+            f"postgres setup refused: table {schema}.{table} is at schema version {newest[0]}, "
+            f"newer than this agent-checkpoint knows ({latest}); upgrade the library",
+            backend="postgres",
+            operation="setup",
+        )
+    for version, title, statements in steps:
+        with conn.transaction():
+            conn.execute(lock, (lock_key,))
+            applied = conn.execute(
+                sql.SQL("SELECT 1 FROM {} WHERE table_name = %s AND version = %s").format(ledger),
+                (table, version),
+            ).fetchone()
+            if applied is not None:
+                continue
+            for statement in statements:
+                conn.execute(sql.SQL(statement).format(**names))
+            conn.execute(
+                sql.SQL("INSERT INTO {} (table_name, version, name) VALUES (%s, %s, %s)").format(
+                    ledger
+                ),
+                (table, version, title),
+            )

@@ -1,0 +1,185 @@
+"""How the Redis backend reaches its server (``_redis.py`` holds the backend): the client
+``from_url`` builds, on one server or a Redis Cluster, the URL options it takes, and which of
+redis-py's errors are transient.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis
+from redis._parsers.encoders import Encoder
+from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.connection import PythonRespSerializer
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from ..errors import InvalidKeyError
+from ._base import translate_errors
+from ._url_options import flag, number, refuse_unknown, whole
+
+__all__ = [
+    "DEFAULT_WAIT_TIMEOUT",
+    "FATAL",
+    "TRANSIENT",
+    "Client",
+    "StoreOptions",
+    "connect",
+    "refresh_topology",
+    "store_node",
+]
+
+Client = redis.Redis | RedisCluster
+
+# A cluster that lost a node answers CLUSTERDOWN, or leaves slots uncovered, until a replica
+# takes over: transient, like a refused connection.
+# MOVED and ASK reach the backend only from a node it addressed itself (a write that
+# waits for replicas runs on its slot's node): after ``refresh_topology`` a retry finds
+# the new owner (tested by resharding a slot under an open store).
+TRANSIENT = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    TryAgainError,
+    ReadOnlyError,
+    ClusterDownError,
+    SlotNotCoveredError,
+    MovedError,
+    AskError,
+)
+FATAL = (RedisError, RedisClusterException)  # the cluster client's own errors are no RedisError
+
+DEFAULT_SOCKET_TIMEOUT = 10.0
+"""Seconds redis-py waits for a reply unless the URL or the caller sets ``socket_timeout``."""
+
+DEFAULT_WAIT_TIMEOUT = 1.0
+"""Seconds a write waits for its ``wait_replicas`` confirmations before ``NotReplicatedError``."""
+
+_OURS = ("prefix", "ttl", "cluster", "wait_replicas", "wait_timeout")
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """This library's options of a redis URL (the rest are redis-py's)."""
+
+    prefix: str
+    ttl: float | None = None
+    wait_replicas: int = 0
+    wait_timeout: float = DEFAULT_WAIT_TIMEOUT
+
+
+def connect(
+    url: str, options: dict[str, Any], *, default_prefix: str, client: Client | None = None
+) -> tuple[Client, StoreOptions]:
+    """A new client for ``url`` (``from_url`` owns it), and the store's own options, from the
+    URL's query or ``options`` (which win). With a ready ``client``, the URL gives only the
+    store's own options: connection options there would not reach the client, so they are
+    refused."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    hint = (
+        "this library's: prefix, ttl, cluster, wait_replicas, wait_timeout; "
+        "else redis-py's connection options"
+    )
+    refuse_unknown("redis", query, _url_options(parts.scheme), hint=hint)
+
+    def ours(name: str, default: object) -> Any:
+        return options.pop(name, query.pop(name, default))
+
+    prefix = ours("prefix", default_prefix)
+    ttl = ours("ttl", None)
+    cluster = flag("redis", "cluster", ours("cluster", False))
+    replicas = whole("redis", "wait_replicas", ours("wait_replicas", 0))
+    wait = number(
+        "redis", "wait_timeout", ours("wait_timeout", DEFAULT_WAIT_TIMEOUT), positive=True
+    )
+    seconds = None if ttl in (None, "") else number("redis", "ttl", ttl, positive=True)
+    if client is not None:
+        if query or options:
+            raise InvalidKeyError(
+                f"redis connection options {', '.join(sorted({*query, *options}))} cannot "
+                "apply to a client passed in (client=): set them on the client"
+            )
+        return client, StoreOptions(prefix, seconds, replicas, wait)
+    url = urlunsplit(parts._replace(query=urlencode(query)))
+    read = _seconds(options.get("socket_timeout", query.get("socket_timeout")))
+    if replicas and read is not None and wait >= read:
+        raise InvalidKeyError(
+            f"redis option wait_timeout ({wait:g} s) must be below socket_timeout ({read:g} s): "
+            "a longer wait for replicas would read as a lost connection"
+        )
+    # The Store's tenacity policy governs retries; redis-py's own would hide outages.
+    options.setdefault("retry", Retry(NoBackoff(), 0))
+    options.setdefault("retry_on_error", [])
+    options.setdefault("socket_connect_timeout", 5.0)
+    options.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
+    options["decode_responses"] = False
+    # hiredis parses replies fast, but its command packer copies every argument into one
+    # buffer: 2 ms for a 1.3 MB segment, which redis-py's own packer sends as it is.
+    options.setdefault(
+        "command_packer",
+        PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode),  # type: ignore[no-untyped-call]
+    )
+    with translate_errors("redis", "connect", transient=TRANSIENT, fatal=FATAL):
+        # A cluster client finds every node from this one; all of a store's keys share the
+        # {prefix} hash tag, so each operation still goes to one node, in one round trip.
+        made = RedisCluster.from_url if cluster else redis.Redis.from_url
+        client = made(url, **options)
+    return client, StoreOptions(prefix, seconds, replicas, wait)
+
+
+def _seconds(value: object) -> float | None:
+    """A ``socket_timeout`` as given (unset: ours); ``None`` when it sets no limit, or is not a
+    number (redis-py refuses that when it connects)."""
+    if value is None:
+        return DEFAULT_SOCKET_TIMEOUT
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def store_node(client: RedisCluster, prefix: str) -> Any:
+    """The cluster node that holds a store's keys: they all share the ``{prefix}`` hash tag."""
+    return client.get_node_from_key("{" + prefix + "}")  # type: ignore[no-untyped-call]
+
+
+def refresh_topology(client: Client) -> None:
+    """Ask a cluster for its slot map again. redis-py does so after a failed single command,
+    but not after a failed pipeline, and its own retries are off (the Store's govern): without
+    this, a store keeps sending to a dead primary after its replica took over. Best effort:
+    a cluster that cannot answer now is asked again after the next failure."""
+    if isinstance(client, RedisCluster):
+        with contextlib.suppress(*TRANSIENT, *FATAL):
+            client.nodes_manager.initialize()
+
+
+@functools.cache
+def _url_options(scheme: str) -> frozenset[str]:
+    """What a redis URL's query may set: ours, and what redis-py passes on to the connection
+    class of the scheme (an option it does not know fails only at the first command)."""
+    kind = {
+        "rediss": redis.connection.SSLConnection,
+        "unix": redis.connection.UnixDomainSocketConnection,
+    }
+    names = {*_OURS, *redis.connection.URL_QUERY_ARGUMENT_PARSERS}
+    for cls in kind.get(scheme, redis.connection.Connection).__mro__:
+        if "__init__" in cls.__dict__:
+            names.update(inspect.signature(cls.__dict__["__init__"]).parameters)
+    return frozenset(names - {"self", "args", "kwargs"})

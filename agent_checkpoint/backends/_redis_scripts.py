@@ -1,0 +1,133 @@
+"""The Lua scripts of the Redis backend (see ``_redis.py`` for the key layout).
+
+Every script runs atomically on the server. Index keys are built from the store's base (ARGV[1])
+rather than declared, so they sit in the record's slot (undeclared same-slot keys are allowed
+for scripts without a shebang).
+"""
+
+from __future__ import annotations
+
+__all__ = ["DROP", "PAGE", "WRITE"]
+
+# Shared by WRITE and DROP: remove the index members of the summary stored now, where ``cur``
+# starts with HMGET rev own sn so agent phase.
+_UNINDEX = """
+local base = ARGV[1]
+local function forget(ix, n)
+  redis.call("ZREM", ix, n)
+  if redis.call("EXISTS", ix) == 0 then redis.call("SREM", base .. "ix", ix) end
+end
+local function unindex(cur, key)
+  local n = cur[3] .. ":" .. key
+  redis.call("ZREM", base .. "new", n)
+  redis.call("ZREM", base .. "old", cur[4] .. ":" .. key)
+  if cur[2] then forget(base .. "o:" .. cur[2], n) end
+  if cur[5] then forget(base .. "a:" .. cur[5], n) end
+  if cur[6] then
+    redis.call("ZREM", base .. "f", n)
+    forget(base .. "p:" .. cur[6], n)
+  end
+end
+"""
+
+# One write of a whole record, by plan_save's rules in its order (create_only, then the expected
+# revision, then the owner): rewrites the summary fields and ``body``, moves every index entry,
+# and with a ttl gives the hash a fresh expiry. It deletes the record's segment list, which only
+# a record written by a version that stored histories in segments has (the DEL of the old hash
+# drops that record's head fields too).
+# KEYS: record hash, segment list. ARGV: 1 base, 2 key, 3 create_only ("1"), 4 expected
+# revision ("" none), 5 body, 6 newest position, 7 oldest position, 8 owner, 9 agent, 10 phase,
+# 11 run id, 12 saved at, 13 message count, 14 failure iteration (8-10 and 14: "" for none, else
+# "=" and the value), 15 ttl ms (0 none), 16 size (of the record's bytes as a reader gets them).
+WRITE = (
+    _UNINDEX
+    + """
+local rec, key = KEYS[1], ARGV[2]
+local cur = redis.call("HMGET", rec, "rev", "own", "sn", "so", "agent", "phase")
+local rev = cur[1]
+if rev and ARGV[3] == "1" then return {"exists", rev} end
+if ARGV[4] ~= "" and rev ~= ARGV[4] then return {"revision", rev} end
+local function opt(s) if s == "" then return false end return string.sub(s, 2) end
+local owner, agent, phase, iter = opt(ARGV[8]), opt(ARGV[9]), opt(ARGV[10]), opt(ARGV[14])
+if cur[2] and owner and owner ~= cur[2] then return {"owner", cur[2]} end
+owner = cur[2] or owner
+if rev then
+  unindex(cur, key)
+  redis.call("DEL", rec)
+end
+redis.call("DEL", KEYS[2])
+-- A live record's revision goes up by one; a new key (or one deleted or expired) takes the
+-- store's counter, which every write moves on and which so stays at or above every revision
+-- issued: a key never repeats a revision it had.
+local seq = redis.call("INCR", base .. "rev")
+local newrev = seq
+if rev then
+  newrev = tonumber(rev) + 1
+  if newrev > seq then redis.call("SET", base .. "rev", newrev) end  -- a store from before
+end
+local sn, so = ARGV[6], ARGV[7]
+local f = {"sn", sn, "so", so, "run", ARGV[11], "at", ARGV[12], "msgs", ARGV[13],
+  "rev", string.format("%d", newrev), "body", ARGV[5], "size", ARGV[16]}
+if owner then table.insert(f, "own"); table.insert(f, owner) end
+if agent then table.insert(f, "agent"); table.insert(f, agent) end
+if phase then table.insert(f, "phase"); table.insert(f, phase) end
+if iter then table.insert(f, "iter"); table.insert(f, iter) end
+redis.call("HSET", rec, unpack(f))
+local ttl = tonumber(ARGV[15])
+if ttl > 0 then redis.call("PEXPIRE", rec, ttl) end
+local n = sn .. ":" .. key
+redis.call("ZADD", base .. "new", 0, n)
+redis.call("ZADD", base .. "old", 0, so .. ":" .. key)
+local function add(ix) redis.call("ZADD", ix, 0, n); redis.call("SADD", base .. "ix", ix) end
+if owner then add(base .. "o:" .. owner) end
+if agent then add(base .. "a:" .. agent) end
+if phase then redis.call("ZADD", base .. "f", 0, n); add(base .. "p:" .. phase) end
+return {"ok", newrev, owner}
+"""
+)
+
+# KEYS: record hash, segment list (a record from before: see WRITE). ARGV: base, key, expected
+# revision ("" none).
+DROP = (
+    _UNINDEX
+    + """
+local cur = redis.call("HMGET", KEYS[1], "rev", "own", "sn", "so", "agent", "phase")
+if not cur[1] then return {"missing"} end
+if ARGV[3] ~= "" and cur[1] ~= ARGV[3] then return {"revision", cur[1]} end
+unindex(cur, ARGV[2])
+redis.call("DEL", KEYS[1], KEYS[2])
+return {"dropped"}
+"""
+)
+
+# One batch of an index, checked against the records in the same atomic step: a member whose
+# record is gone (expired) or no longer matches that index is removed, never returned.
+# ARGV: base, min, max, count, position field (sn|so), column to check (0: none), wanted value
+# ("" only that the column is set, "=v" that it equals v).
+PAGE = """
+local base = ARGV[1]
+local col, want = tonumber(ARGV[6]), ARGV[7]
+local members = redis.call("ZRANGEBYLEX", KEYS[1], ARGV[2], ARGV[3], "LIMIT", 0, ARGV[4])
+local out = {members[#members] or false, 0}
+for _, m in ipairs(members) do
+  local sep = string.find(m, ":", 1, true)
+  local key = string.sub(m, sep + 1)
+  local row = redis.call("HMGET", base .. "r:" .. key, ARGV[5], "run", "at", "own", "agent",
+    "phase", "iter", "msgs", "size", "rev")
+  local live = row[1] == string.sub(m, 1, sep - 1)
+  if live and col > 0 then
+    if want == "" then live = row[col] ~= false else live = row[col] == string.sub(want, 2) end
+  end
+  if live then
+    row[1] = key
+    table.insert(out, row)
+  else
+    redis.call("ZREM", KEYS[1], m)
+    out[2] = out[2] + 1
+  end
+end
+if want ~= "" and redis.call("EXISTS", KEYS[1]) == 0 then
+  redis.call("SREM", base .. "ix", KEYS[1])
+end
+return out
+"""

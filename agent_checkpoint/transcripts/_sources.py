@@ -1,0 +1,183 @@
+"""A transcript file opened for reading: detected format, and its turns on demand.
+
+``open_transcript(path)`` checks the file and detects its format once; iterating the
+returned ``Transcript`` reads the file again each time (streaming, bounded memory), so a
+caller can make one pass to plan (tool-call integrity, diff alignment) and a second to
+write. ``notes`` says what the last pass left out or tolerated.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+
+from .._model import Json
+from ..errors import InvalidArgumentError
+from ._anthropic import turns_from_messages as anthropic_turns
+from ._claude_code import ClaudeCodeLog
+from ._codex import read_rollout
+from ._detect import FORMATS, WRAPPER_KEYS, Detected, Format, detect
+from ._errors import (
+    EmptyTranscriptError,
+    MalformedTranscriptError,
+    UnrecognizedFormatError,
+)
+from ._jsonio import MAX_RECORD_BYTES, JsonDocument, JsonLines, Tolerance
+from ._openai_chat import turns_from_messages as chat_turns
+from ._openai_responses import turns_from_items
+from ._turns import Turn, now_iso, turn_from_json
+
+__all__ = ["Transcript", "open_transcript"]
+
+SESSION_ID_LINES = 64
+"""How many lines from the top are searched for a session id."""
+
+
+class Transcript:
+    """The turns of one transcript file, re-read on every iteration.
+
+    Missing timestamps are filled with the time the transcript was opened, the same for
+    every turn of one ``Transcript``.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        detected: Detected,
+        *,
+        max_record_bytes: int = MAX_RECORD_BYTES,
+        subagent: str | None = None,
+    ) -> None:
+        self.path = path
+        self.subagent = subagent
+        self.format: Format = detected.format
+        self.container = detected.container
+        self.max_record_bytes = max_record_bytes
+        self.opened_at = now_iso()
+        self.notes: list[str] = []
+        self._log: ClaudeCodeLog | None = None
+
+    def __repr__(self) -> str:
+        return f"Transcript({str(self.path)!r}, format={self.format!r})"
+
+    def session_id(self) -> str | None:
+        """The id of the session the transcript records, where its format carries one (a
+        Claude Code log's ``sessionId``, a Codex rollout's ``session_meta`` id), from the
+        first ``SESSION_ID_LINES`` lines; ``None`` otherwise."""
+        if self.format not in ("claude-code", "codex"):
+            return None
+        for line in islice(self._lines("any"), SESSION_ID_LINES):
+            record = line.value
+            if not isinstance(record, dict):
+                continue
+            found = record.get("sessionId")
+            if self.format == "codex":
+                payload = record.get("payload")
+                meta = record.get("type") == "session_meta" and isinstance(payload, dict)
+                found = payload.get("id") if meta else None  # type: ignore[union-attr]
+            if isinstance(found, str) and found:
+                return found
+        return None
+
+    def __iter__(self) -> Iterator[Turn]:
+        notes: list[str] = []
+        count = 0
+        for turn in self._turns(notes):
+            count += 1
+            yield turn
+        if count == 0:
+            raise EmptyTranscriptError(
+                f"{self.path}: no conversation turns in this {self.format} file"
+            )
+        self.notes = notes  # only a complete pass says what the file holds
+
+    def _lines(self, tolerate: Tolerance) -> JsonLines:
+        return JsonLines(self.path, max_record_bytes=self.max_record_bytes, tolerate=tolerate)
+
+    def _records(self, notes: list[str]) -> tuple[Iterator[Json], dict[str, Json]]:
+        if self.container == "jsonl":
+            lines = self._lines("torn")
+
+            def values() -> Iterator[Json]:
+                yield from (line.value for line in lines)
+                notes.extend(lines.notes)
+
+            return values(), {}
+        doc = JsonDocument(self.path, max_record_bytes=self.max_record_bytes)
+        if self.container == "array":
+            return doc.items(), {}
+        members, arrays = doc.members(WRAPPER_KEYS)
+        if self.format == "openai-responses":
+            streamed = [k for k in arrays if k in ("input", "output")]
+        else:
+            streamed = [k for k in arrays if k == "messages"]
+        if not streamed:
+            raise MalformedTranscriptError(f"{self.path}: no records for the {self.format} format")
+        return doc.items(streamed), members
+
+    def _turns(self, notes: list[str]) -> Iterator[Turn]:
+        ts = self.opened_at
+        if self.format == "turns":
+            lines = self._lines("none")
+            for line in lines:
+                yield turn_from_json(line.value, f"{self.path}: line {line.number}")
+            return
+        if self.format == "claude-code":
+            if self._log is None:
+                self._log = ClaudeCodeLog(self._lines("any"), ts=ts, subagent=self.subagent)
+            yield from self._log
+            notes.extend(self._log.notes)
+            return
+        if self.format == "codex":
+            yield from read_rollout(self._lines("any"), ts=ts, notes=notes)
+            return
+        records, members = self._records(notes)
+        model = members.get("model")
+        model = model if isinstance(model, str) else None
+        try:
+            if self.format == "openai-chat":
+                yield from chat_turns(records, model=model, ts=ts)
+            elif self.format == "anthropic":
+                yield from anthropic_turns(
+                    records, system=members.get("system"), model=model, ts=ts
+                )
+            else:
+                yield from turns_from_items(
+                    records,
+                    instructions=members.get("instructions"),
+                    model=model,
+                    ts=ts,
+                    notes=notes,
+                )
+        except MalformedTranscriptError as exc:
+            raise MalformedTranscriptError(f"{self.path}: {exc}") from None
+
+
+def open_transcript(
+    path: str | os.PathLike[str],
+    *,
+    format: Format | None = None,
+    max_record_bytes: int = MAX_RECORD_BYTES,
+    subagent: str | None = None,
+) -> Transcript:
+    """Open a transcript of any supported format; ``format`` overrides detection.
+
+    ``subagent`` reads the conversation of that sub-agent (its ``agentId``) from a Claude
+    Code log instead of the main one. Raises ``TranscriptError`` subclasses for a missing,
+    empty, binary, non-JSON or unrecognised file, and for ``subagent`` on another format.
+    Errors in later records surface while iterating.
+    """
+    if format is not None and format not in FORMATS:
+        raise InvalidArgumentError(
+            f"unknown format {format!r}; expected one of {', '.join(FORMATS)}"
+        )
+    source = Path(path)
+    detected = detect(source, max_record_bytes=max_record_bytes, forced=format)
+    if subagent is not None and detected.format != "claude-code":
+        raise UnrecognizedFormatError(
+            f"{source}: a {detected.format} file has no sub-agents; --subagent reads "
+            "Claude Code logs"
+        )
+    return Transcript(source, detected, max_record_bytes=max_record_bytes, subagent=subagent)
