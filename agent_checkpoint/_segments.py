@@ -268,6 +268,12 @@ class Segmented(Closable):
     def namespace(self, name: str) -> Backend:
         return self.inner.namespace(name)  # type: ignore[attr-defined, no-any-return]
 
+    def setup(self) -> None:
+        """The backend's ``setup`` (tables, indexes), where it has one: a ``Store`` built on
+        a ``Segmented`` of its own sets up what is under it."""
+        if callable(setup := getattr(self.inner, "setup", None)):
+            setup()
+
     def close(self) -> None:
         self.inner.close()
 
@@ -407,12 +413,12 @@ class Segmented(Closable):
         """Pieces older than ``grace`` seconds that no layout record refers to; with
         ``delete``, dropped (each on the revision seen, so nothing newer goes). What the
         backend itself collects (a disk store's temp files of killed writers) is included."""
-        found = 0
-        for backend in (self.inner, *self._opened_pieces()):
+        found, pieces = 0, self._opened_pieces()
+        for backend in (self.inner, *pieces):
             if callable(collect := getattr(backend, "collect_orphans", None)):
                 found += int(collect(delete=delete, grace=grace))
-        if self._opened_pieces():
-            found += self._collect_pieces(delete=delete, grace=grace)
+        for backend in pieces:
+            found += self._collect_pieces(backend, delete=delete, grace=grace)
         return found
 
     def _opened_pieces(self) -> tuple[Backend, ...]:
@@ -423,8 +429,7 @@ class Segmented(Closable):
             return ()
         return (self._pieces_backend(),)
 
-    def _collect_pieces(self, *, delete: bool, grace: float) -> int:
-        pieces = self._pieces_backend()
+    def _collect_pieces(self, pieces: Backend, *, delete: bool, grace: float) -> int:
         cutoff = now_ms() - int(grace * 1000)
         found, after = 0, None
         referenced: dict[str, set[str]] = {}

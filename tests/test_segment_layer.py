@@ -277,3 +277,15 @@ def test_a_layout_record_saved_again_as_it_was_keeps_its_pieces() -> None:
     with Store(backend).claim("k", "w", ttl=30) as claim:  # the claim's own rewrite
         got = claim.get()
         assert got is not None and got.history == ckpt.history
+
+
+def test_a_store_on_a_segmented_backend_sets_up_the_backend_under_it() -> None:
+    class NeedsSetup(MemoryBackend):
+        ready = False
+
+        def setup(self) -> None:
+            self.ready = True
+
+    backend = NeedsSetup()
+    _store(backend).setup()
+    assert backend.ready
