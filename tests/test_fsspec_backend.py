@@ -14,13 +14,14 @@ from typing import Any
 import fsspec
 import orjson
 import pytest
+from support.pieces import live_pieces, referenced
 
 from agent_checkpoint import Store, open_store
 from agent_checkpoint._maintenance import verify_store
 from agent_checkpoint._model import Message, now_ms
-from agent_checkpoint._segments import PIECES, Layout, Segmented
+from agent_checkpoint._segments import PIECES, Segmented
 from agent_checkpoint._store import RetryPolicy
-from agent_checkpoint.backends._base import Query, Record, Summary
+from agent_checkpoint.backends._base import Record, Summary
 from agent_checkpoint.backends._fsspec import FsspecBackend
 from agent_checkpoint.backends._memory import MemoryBackend
 from agent_checkpoint.backends._objects import fields_of, key_name
@@ -266,20 +267,6 @@ def grown(n: int) -> list[tuple[Message, ...]]:
 def plain(ckpt: Any, saved_at: int) -> bytes:
     """What a whole write stores."""
     return orjson.dumps({"format": "conversation-v1", "data": ckpt.to_json(), "savedAt": saved_at})
-
-
-def live_pieces(backend: FsspecBackend) -> set[str]:
-    return {s.key for s in backend.namespace(PIECES).scan(Query(limit=10_000))}
-
-
-def referenced(backend: FsspecBackend, *keys: str) -> set[str]:
-    """The pieces the layout records of ``keys`` name."""
-    out: set[str] = set()
-    for key in keys:
-        record = backend.load(key)
-        layout = Layout.unpack(record.body) if record else None
-        out |= {f"{key}#{piece}" for piece, _ in (layout.pieces if layout else ())}
-    return out
 
 
 def test_a_growing_history_writes_only_its_new_messages_and_reads_back_exactly(

@@ -14,14 +14,15 @@ from typing import Any
 
 import orjson
 import pytest
+from support.pieces import live_pieces, referenced
 from support.seaweed import S3Server, ensure_bucket, purge
 
 from agent_checkpoint import Store
 from agent_checkpoint._maintenance import verify_store
 from agent_checkpoint._model import Message, RunCheckpoint, now_ms
-from agent_checkpoint._segments import PIECES, Layout, Segmented
+from agent_checkpoint._segments import PIECES, Segmented
 from agent_checkpoint._store import summary_for
-from agent_checkpoint.backends._base import Query, Record, Summary
+from agent_checkpoint.backends._base import Record, Summary
 from agent_checkpoint.backends._objects import Layout as Objects
 from agent_checkpoint.backends._objects import fields_of, key_name
 from agent_checkpoint.backends._s3 import S3Backend
@@ -106,20 +107,6 @@ def objects(client: Any, prefix: str, under: str) -> dict[str, int]:
     for page in pages:
         found.update((item["Key"], item["Size"]) for item in page.get("Contents", []))
     return found
-
-
-def live_pieces(backend: S3Backend) -> set[str]:
-    return {s.key for s in backend.namespace(PIECES).scan(Query(limit=10_000))}
-
-
-def referenced(backend: S3Backend, *keys: str) -> set[str]:
-    """The pieces the layout records of ``keys`` name."""
-    out: set[str] = set()
-    for key in keys:
-        record = backend.load(key)
-        layout = Layout.unpack(record.body) if record else None
-        out |= {f"{key}#{piece}" for piece, _ in (layout.pieces if layout else ())}
-    return out
 
 
 def piece_path(prefix: str, piece: str) -> str:
