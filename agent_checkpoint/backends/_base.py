@@ -50,11 +50,14 @@ __all__ = [
     "Record",
     "Repairable",
     "Summary",
+    "exists_refused",
     "is_after",
     "matches",
     "order_key",
+    "plan_drop",
     "plan_save",
     "resolve_owner",
+    "revision_refused",
     "translate_errors",
 ]
 
@@ -253,26 +256,45 @@ def plan_save(
     """
     key = record.key
     if create_only and current is not None:
-        raise ConflictError(
-            f"key {key!r} already exists (revision {current.revision}); create_only refused it",
-            key=key,
-            revision=current.revision,
-        )
-    if expect_revision is not None:
-        found = current.revision if current is not None else None
-        if found != expect_revision:
-            shown = "no record" if found is None else f"revision {found}"
-            raise ConflictError(
-                f"key {key!r} is at {shown}, not revision {expect_revision}; the write was refused",
-                key=key,
-                expected=expect_revision,
-                found=found,
-            )
+        raise exists_refused(key, current.revision)
+    found = current.revision if current is not None else None
+    if expect_revision is not None and found != expect_revision:
+        raise revision_refused(key, expect_revision, found)
     owner = resolve_owner(key, current.owner if current else None, record.summary.owner)
     if revision is None:
         revision = current.revision + 1 if current is not None else 1
     size = record.summary.size or len(record.body)
     return replace(record.summary, owner=owner, revision=revision, size=size)
+
+
+def plan_drop(key: str, found: int | None, expect_revision: int | None) -> bool:
+    """Whether a drop of ``key``, stored at revision ``found`` (``None``: no record), has a
+    record to remove; the refusal when ``expect_revision`` is not the one stored."""
+    if expect_revision is not None and found != expect_revision:
+        raise revision_refused(key, expect_revision, found, "nothing was deleted")
+    return found is not None
+
+
+def exists_refused(key: str, revision: int | None) -> ConflictError:
+    """The refusal of a ``create_only`` write of a key that exists."""
+    return ConflictError(
+        f"key {key!r} already exists (revision {revision}); create_only refused it",
+        key=key,
+        revision=revision,
+    )
+
+
+def revision_refused(
+    key: str, expected: int | None, found: int | None, outcome: str = "the write was refused"
+) -> ConflictError:
+    """The refusal of a write or drop on ``expected`` of a key at ``found`` (``None``: none)."""
+    shown = "no record" if found is None else f"revision {found}"
+    return ConflictError(
+        f"key {key!r} is at {shown}, not revision {expected}; {outcome}",
+        key=key,
+        expected=expected,
+        found=found,
+    )
 
 
 def matches(summary: Summary, query: Query) -> bool:

@@ -41,11 +41,10 @@ from typing import Any, ParamSpec, TypeVar
 from ..errors import (
     BackendError,
     BackendUnavailableError,
-    ConflictError,
     InvalidKeyError,
     StoreNotFoundError,
 )
-from ._base import Closable, Query, Record, Summary, plan_save
+from ._base import Closable, Query, Record, Summary, plan_drop, plan_save
 from ._disk_files import (
     RecordFiles,
     file_name,
@@ -244,16 +243,9 @@ class DiskBackend(Closable):
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         with self._locked(key):
             current = self._current(key)[0]
-            if expect_revision is not None:
-                found = current.revision if current is not None else None
-                if found != expect_revision:
-                    raise ConflictError(
-                        f"key {key!r} is at {'no record' if found is None else f'revision {found}'}, "
-                        f"not revision {expect_revision}; nothing was deleted",
-                        key=key,
-                    )
-            if current is None:
+            if not plan_drop(key, None if current is None else current.revision, expect_revision):
                 return False
+            assert current is not None
             self._index.mark_pending(key)
             self._files.write_whole(key, tombstone_line(key, current.revision))
             self._index.update(key, None)

@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 
-from ..errors import BackendError, ConflictError, InvalidKeyError, MissingDependencyError
-from ._base import Closable, Query, Record, Summary, translate_errors
+from ..errors import BackendError, InvalidKeyError, MissingDependencyError
+from ._base import Closable, Query, Record, Summary, plan_drop, translate_errors
 from ._objects import (
     PEEK,
     TRANSIENT,
@@ -148,15 +148,9 @@ class FsspecBackend(Closable):
             fields = self._headers([name], "drop")[0]
             live = fields is not None and not is_grave(fields)
             current = self._layout.current(fields, name, "drop") if fields and live else None
-            if current is None or fields is None:
-                if expect_revision is not None:
-                    raise ConflictError(f"key {key!r} does not exist", key=key)
+            found = current.summary.revision if current is not None else None
+            if not plan_drop(key, found, expect_revision) or fields is None or found is None:
                 return False
-            found = current.summary.revision
-            if expect_revision is not None and found != expect_revision:
-                raise ConflictError(
-                    f"key {key!r} is at revision {found}, not {expect_revision}", key=key
-                )
             grave = grave_fields(found, secrets.token_hex(8))
             with self._translate("drop"):
                 self._pipe({self._records + name: orjson.dumps(grave) + b"\n"})

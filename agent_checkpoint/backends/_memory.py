@@ -14,8 +14,7 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from ..errors import ConflictError
-from ._base import Closable, Query, Record, Summary, is_after, matches, plan_save
+from ._base import Closable, Query, Record, Summary, is_after, matches, plan_drop, plan_save
 
 
 class MemoryBackend(Closable):
@@ -71,15 +70,9 @@ class MemoryBackend(Closable):
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         with self._lock:
             current = self.head(key)
-            if current is None:
-                if expect_revision is not None:
-                    raise ConflictError(f"key {key!r} does not exist", key=key)
+            if not plan_drop(key, None if current is None else current.revision, expect_revision):
                 return False
-            if expect_revision is not None and current.revision != expect_revision:
-                raise ConflictError(
-                    f"key {key!r} is at revision {current.revision}, not {expect_revision}",
-                    key=key,
-                )
+            assert current is not None
             self._unindex(current)
             del self._records[key]
             return True

@@ -44,6 +44,7 @@ from ._base import (
     Summary,
     closed_error,
     plan_save,
+    revision_refused,
     translate_errors,
 )
 from ._postgres_connections import (
@@ -244,13 +245,8 @@ class PostgresBackend(Closable):
             if conn.execute(self._sql.delete_at, (key, expect_revision)).rowcount == 1:
                 return True
             row = conn.execute(self._sql.revision, (key,)).fetchone()
-        shown = "does not exist" if row is None else f"is at revision {row[0]}"
-        raise ConflictError(
-            f"key {key!r} {shown}, not revision {expect_revision}; nothing was deleted",
-            key=key,
-            expected=expect_revision,
-            found=None if row is None else row[0],
-        )
+        found = None if row is None else row[0]
+        raise revision_refused(key, expect_revision, found, "nothing was deleted")
 
     def scan(self, query: Query) -> list[Summary]:
         if any("\x00" in v for v in (query.owner, query.agent_id, query.phase) if v):

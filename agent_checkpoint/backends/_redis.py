@@ -50,14 +50,24 @@ from redis.exceptions import NoScriptError
 
 from .._codec import join_parts
 from ..errors import (
-    ConflictError,
     InvalidArgumentError,
     InvalidKeyError,
     NotReplicatedError,
-    OwnershipConflictError,
     UnsupportedOperationError,
 )
-from ._base import Closable, Query, Record, Summary, is_after, matches, translate_errors
+from ._base import (
+    Closable,
+    Query,
+    Record,
+    Summary,
+    exists_refused,
+    is_after,
+    matches,
+    plan_drop,
+    resolve_owner,
+    revision_refused,
+    translate_errors,
+)
 from ._redis_connect import (
     DEFAULT_WAIT_TIMEOUT,
     FATAL,
@@ -244,40 +254,20 @@ class RedisBackend(Closable):
             owner = None if reply[2] is None else reply[2].decode()
             return replace(s, owner=owner, revision=int(reply[1]), size=size)
         if status == "owner":
-            stored = reply[1].decode()
-            raise OwnershipConflictError(
-                f"key {s.key!r} is owned by principal {stored!r}; a write signed by "
-                f"{s.owner!r} was refused and nothing was changed",
-                key=s.key,
-                owner=stored,
-                principal=s.owner,
-            )
+            resolve_owner(s.key, reply[1].decode(), s.owner)  # raises: the stored one refused
         found = None if reply[1] is None else int(reply[1])
         if status == "exists":
-            raise ConflictError(
-                f"key {s.key!r} already exists (revision {found}); create_only refused it",
-                key=s.key,
-                revision=found,
-            )
-        shown = "no record" if found is None else f"revision {found}"
-        raise ConflictError(
-            f"key {s.key!r} is at {shown}, not revision {expected}; the write was refused",
-            key=s.key,
-            expected=expected,
-            found=found,
-        )
+            raise exists_refused(s.key, found)
+        raise revision_refused(s.key, expected, found)
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         expected = "" if expect_revision is None else str(expect_revision)
         reply = self._run("drop", self._drop, self._keys(key), [self._base, key, expected])
         status: str = reply[0].decode()
-        if status == "missing" and expect_revision is not None:
-            raise ConflictError(f"key {key!r} does not exist", key=key)
-        if status == "revision":
-            raise ConflictError(
-                f"key {key!r} is at revision {int(reply[1])}, not {expect_revision}", key=key
-            )
-        return status == "dropped"
+        if status == "dropped":
+            return True
+        found = int(reply[1]) if status == "revision" else None
+        return plan_drop(key, found, expect_revision)  # a refusal raises; a missing key: False
 
     # -- listing -------------------------------------------------------------------------
 
