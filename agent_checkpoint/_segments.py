@@ -32,8 +32,9 @@ ones may belong to a write in flight, hence ``grace``), and pieces a commit repl
 dropped after it. A reader that finds a piece gone (replaced under it) reads again.
 
 Revisions never repeat over a key's life (the backend contract), so a layout record at the
-revision a writer committed is exactly what it wrote: the layer remembers the layout of the
-last records it committed and appends without reading first.
+revision a writer committed or read is exactly what it saw: the layer remembers the layouts of
+the last records it wrote or read, and appends without reading first. A write of a key it
+knows nothing of first tries to create it (``_new_key_likely``), which replaces nothing.
 """
 
 from __future__ import annotations
@@ -188,14 +189,19 @@ class Segmented(Closable):
     ) -> None:
         self.inner: Backend = inner
         self.name = inner.name
-        self.inline_bytes: int = (
-            inline_bytes
-            if inline_bytes is not None
-            else getattr(inner, "segment_inline_bytes", INLINE_BYTES)
+        declared = getattr(inner, "segment_inline_bytes", INLINE_BYTES)
+        self.inline_bytes: int = inline_bytes if inline_bytes is not None else declared
+        # A whole write keeps up to the default inline even where a backend keeps less
+        # between appends (they rewrite the inline content each time; a whole write does
+        # once): a short history is then one write, and the first append that outgrows
+        # ``inline_bytes`` spills it. An explicit ``inline_bytes`` holds for both.
+        self.whole_inline_bytes = (
+            inline_bytes if inline_bytes is not None else max(declared, INLINE_BYTES)
         )
         self.max_segments = max_segments
+        self.create_first: bool = getattr(inner, "segment_create_first", True)
         self._pieces: Backend | None = None
-        self._known: OrderedDict[str, tuple[int, Layout]] = OrderedDict()
+        self._known: OrderedDict[str, tuple[int, Layout | None]] = OrderedDict()
         self._contents = _Pieces(PIECE_CACHE_BYTES)
         self._lock = threading.Lock()
 
@@ -208,6 +214,8 @@ class Segmented(Closable):
                 return None
             whole = self.whole(record)
             if whole is not None:
+                # What a later write of this store replaces, unless another writes between.
+                self._remember(key, record.summary.revision, Layout.unpack(record.body))
                 return whole
         raise BackendUnavailableError(
             f"{self.name} load of {key!r}: the record kept changing while it was read",
@@ -250,10 +258,21 @@ class Segmented(Closable):
     ) -> Summary:
         """A whole record; the pieces of the layout it replaces are dropped (but for those
         ``record`` names itself, if it is a layout record saved again as it was)."""
+        if self._new_key_likely(record.key, expect_revision, create_only):
+            try:
+                return self.save(record, create_only=True)
+            except ConflictError:
+                pass  # it exists: read what it holds, then replace it
         old = None if create_only else self._layout(record.key, revision=expect_revision)
-        summary = self.inner.save(record, expect_revision=expect_revision, create_only=create_only)
-        self._forget(record.key)
+        try:
+            summary = self.inner.save(
+                record, expect_revision=expect_revision, create_only=create_only
+            )
+        except BaseException:
+            self._forget(record.key)
+            raise
         new = Layout.unpack(record.body)  # bytes that are a layout keep the pieces they name
+        self._remember(record.key, summary.revision, new)
         kept = {piece for piece, _ in new.pieces} if new else set()
         self._drop_pieces(record.key, [p for p in (old.pieces if old else ()) if p[0] not in kept])
         return summary
@@ -293,9 +312,16 @@ class Segmented(Closable):
     ) -> Summary:
         """``save``, storing ``split`` as the record's head and its history content.
         ``record.body`` is empty: ``record.summary.size`` is the size of the assembled bytes."""
-        old = None if create_only else self._layout(record.key, revision=expect_revision)
         layout = Layout((), split.head, split.segment, split.digest)
-        return self._commit(record, layout, old, expect_revision, create_only)
+        limit = self.whole_inline_bytes
+        spills = len(layout.inline) > limit  # then a refused create would write a piece twice
+        if not spills and self._new_key_likely(record.key, expect_revision, create_only):
+            try:
+                return self._commit(record, layout, None, None, True, limit)
+            except ConflictError:
+                pass  # it exists: read what it holds, then replace it
+        old = None if create_only else self._layout(record.key, revision=expect_revision)
+        return self._commit(record, layout, old, expect_revision, create_only, limit)
 
     def append(
         self, summary: Summary, split: Split, *, base_revision: int, base_digest: str
@@ -311,7 +337,9 @@ class Segmented(Closable):
         inline = merge([base.inline, split.segment])
         layout = Layout(base.pieces, split.head, inline, split.digest)
         try:
-            return self._commit(Record(summary, b""), layout, base, base_revision, False)
+            return self._commit(
+                Record(summary, b""), layout, base, base_revision, False, self.inline_bytes
+            )
         except ConflictError as exc:
             if type(exc) is not ConflictError:
                 raise  # ownership: the caller's full write reports it
@@ -324,12 +352,13 @@ class Segmented(Closable):
         old: Layout | None,
         expect_revision: int | None,
         create_only: bool,
+        limit: int,
     ) -> Summary:
-        """Write ``layout``'s new piece (if its inline content outgrew ``inline_bytes``), then
-        the layout record on ``expect_revision``; drop the pieces it replaced."""
+        """Write ``layout``'s new piece (if its inline content outgrew ``limit``), then the
+        layout record on ``expect_revision``; drop the pieces it replaced."""
         key = record.key
         written: str | None = None
-        if len(layout.inline) > self.inline_bytes:
+        if len(layout.inline) > limit:
             layout, written = self._spill(key, layout)
         body = layout.pack()
         try:
@@ -457,6 +486,16 @@ class Segmented(Closable):
 
     # -- what this layer remembers -------------------------------------------------------
 
+    def _new_key_likely(self, key: str, expect_revision: int | None, create_only: bool) -> bool:
+        """Whether an unconditional write should first try to create ``key``: this layer
+        knows nothing of it, so it would otherwise read the record (one round trip) only to
+        learn which pieces the write replaces. A run's first checkpoint is such a write, and
+        a creation replaces nothing; a refused one costs one round trip before the read."""
+        if create_only or expect_revision is not None or not self.create_first:
+            return False
+        with self._lock:
+            return key not in self._known
+
     def _layout(self, key: str, *, revision: int | None = None) -> Layout | None:
         """The layout stored under ``key`` (at ``revision``, if given): remembered when this
         layer committed it, else read.
@@ -474,8 +513,14 @@ class Segmented(Closable):
             return None
         return Layout.unpack(record.body)
 
-    def _remember(self, key: str, revision: int, layout: Layout) -> None:
+    def _remember(self, key: str, revision: int, layout: Layout | None) -> None:
+        """Keep the layout stored at ``revision``, unless a newer one is known: a slow read
+        finishing after another thread's write must not bring back what that write replaced
+        (a key's revisions only grow, across deletes too)."""
         with self._lock:
+            known = self._known.get(key)
+            if known is not None and known[0] > revision:
+                return
             self._known[key] = (revision, layout)
             self._known.move_to_end(key)
             while len(self._known) > 256:

@@ -344,10 +344,11 @@ def test_verify_counts_orphaned_pieces_and_repair_removes_only_them(root: str) -
     for history in grown(5):
         store.put(checkpoint("g").evolve(history=history), key="g")
     kept = referenced(backend, "g")
-    # as if a writer had died between writing its piece and its record
+    # as if a writer had died a second ago between writing its piece and its record (older
+    # than a grace of 0 even when verify runs within the same millisecond)
     orphans = {"g#00000000deadbeef", "gone#00000000feedface"}
     for key in orphans:
-        summary = Summary(key, key, now_ms(), None, None, None, None, 0, 0, 0)
+        summary = Summary(key, key, now_ms() - 1000, None, None, None, None, 0, 0, 0)
         backend.namespace(PIECES).save(Record(summary, b'{"role":"user","content":"x"}'))
     assert verify_store(store).orphans == 0  # within the grace period: maybe a write in flight
     report = verify_store(store, grace=0)

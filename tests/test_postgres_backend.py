@@ -471,7 +471,7 @@ def test_operations_before_setup_ask_for_setup_instead_of_a_raw_driver_error(sch
         backend = postgres_of(store)
         record = Record(Summary("k", "r", 1, None, None, None, None, 0, 2, 0), b"{}")
         attempts: list[tuple[str, Callable[[], object]]] = [
-            ("load", lambda: store.put(checkpoint(), key="k")),  # reads what it replaces
+            ("save", lambda: store.put(checkpoint(), key="k")),  # a first put creates: no read
             ("load", lambda: store.get("k")),
             ("scan", lambda: store.list()),
             ("load", lambda: store.delete("k")),

@@ -541,9 +541,9 @@ def test_verify_store_counts_orphaned_pieces_and_repair_removes_them(
     for history in grow(6):
         store.put(checkpoint("g").evolve(history=history), key="g")
     kept = referenced(backend, "g")
-    # as if a writer had died between its piece's PUT and its record's
+    # as if a writer had died a second ago between its piece's PUT and its record's
     orphan = "g#00000000deadbeef"
-    summary = Summary(orphan, orphan, now_ms(), None, None, None, None, 0, 0, 0)
+    summary = Summary(orphan, orphan, now_ms() - 1000, None, None, None, None, 0, 0, 0)
     backend.namespace(PIECES).save(Record(summary, b'{"role":"user","content":"x"}'))
     assert verify_store(store).orphans == 0  # within the grace period: maybe a write in flight
     report = verify_store(store, grace=0)

@@ -4,6 +4,7 @@ with thresholds low enough that every put moves history into pieces and merges t
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -241,6 +242,97 @@ def test_a_put_that_states_no_revision_replaces_the_remembered_layout_without_a_
     assert not before & set(_pieces(backend))  # and its pieces dropped
     store.delete("k")
     assert backend.loads == [] and _pieces(backend) == []
+
+
+def test_a_first_put_creates_without_a_read_and_a_put_after_a_get_reads_nothing_more() -> None:
+    backend = LoadCounting()
+    store = _store(backend, inline_bytes=None)  # the default: a short history stays inline
+    first = _grow(6)
+    store.put(first[-1], key="new")
+    assert backend.loads == []  # a key the store knows nothing of: created, not read first
+    reader = _store(backend, inline_bytes=None)
+    got = reader.get("new")
+    assert got is not None and got.history == first[-1].history
+    backend.loads.clear()
+    reader.put(_grow(7)[-1], key="new")  # extends what it read: the layout is remembered
+    assert backend.loads == []
+    assert reader.get("new").history == _grow(7)[-1].history  # type: ignore[union-attr]
+
+
+def test_a_put_over_a_key_the_store_never_saw_reads_it_once_and_drops_its_pieces() -> None:
+    backend = LoadCounting()
+    writer = _store(backend)
+    for ckpt in _grow(10):
+        writer.put(ckpt, key="k")
+    old = set(_pieces(backend))
+    assert old
+    other = _store(backend, inline_bytes=None)  # its put stays inline: no piece to spill
+    backend.loads.clear()
+    replacement = RunCheckpoint.new("m", (Message("user", "from elsewhere"),), run_id="r")
+    other.put(replacement, key="k")  # its create is refused: then it reads what it replaces
+    assert backend.loads == ["k"]
+    assert not old & set(_pieces(backend))  # nothing left behind
+    assert other.get("k") == replacement and writer.get("k") == replacement
+
+
+def test_a_backend_may_ask_the_layer_to_read_before_it_writes_a_key_it_does_not_know() -> None:
+    class ReadFirst(LoadCounting):
+        segment_create_first = False
+
+    backend = ReadFirst()
+    _store(backend, inline_bytes=None).put(_grow(3)[-1], key="k")
+    assert backend.loads == ["k"]
+
+
+def test_a_whole_write_keeps_a_short_history_inline_where_appends_keep_less() -> None:
+    class Small(Counting):
+        segment_inline_bytes = 64
+
+    backend = Small()
+    store = Store(backend)  # the layer takes the backend's own threshold
+    history = _grow(8)
+    store.put(history[-1], key="k")  # ~500 bytes of history: over 64, under the default
+    assert _pieces(backend) == [] and [k for k, _ in backend.saved] == ["k"]
+    store.put(_grow(9)[-1], key="k")  # the first append past 64 bytes spills
+    assert len(_pieces(backend)) == 1
+    assert store.get("k").history == _grow(9)[-1].history  # type: ignore[union-attr]
+
+
+def test_a_read_that_ends_after_a_newer_write_does_not_bring_back_the_older_layout() -> None:
+    class SlowLoad(MemoryBackend):
+        def __init__(self) -> None:
+            super().__init__()
+            self.read, self.release = threading.Event(), threading.Event()
+            self.slow = False
+
+        def load(self, key: str) -> Record | None:
+            record = super().load(key)
+            if self.slow and key == "k":
+                self.slow = False
+                self.read.set()
+                self.release.wait(10)
+            return record
+
+    backend = SlowLoad()
+    store = _store(backend)
+    history = _grow(9)
+    store.put(history[3], key="k")
+    backend.slow = True
+    reader = threading.Thread(target=store.get, args=("k",))
+    reader.start()
+    assert backend.read.wait(10)
+    store.put(history[8], key="k")  # a newer layout, remembered by the writer
+    backend.release.set()
+    reader.join(10)
+    store.put(RunCheckpoint.new("m", (Message("user", "short"),), run_id="r"), key="k")
+    # it replaced the newer layout and dropped its pieces: none is left behind
+    assert set(_pieces(backend)) == {f"k#{p}" for p in _layout_pieces(backend, "k")}
+
+
+def _layout_pieces(backend: MemoryBackend, key: str) -> list[str]:
+    record = backend.load(key)
+    layout = None if record is None else Layout.unpack(record.body)
+    return [piece for piece, _ in layout.pieces] if layout else []
 
 
 def test_reads_never_see_a_torn_history_while_pieces_merge() -> None:

@@ -38,7 +38,7 @@ from urllib.parse import parse_qsl, urlsplit
 import orjson
 
 from ..errors import ConflictError, InvalidKeyError
-from ._base import Query, Record, Summary
+from ._base import Query, Record, Summary, plan_drop
 from ._objects import Entry, Layout, grave_fields, is_grave, key_name, reserved_root
 from ._s3_bucket import NAME, Bucket, connect
 from ._s3_records import Known, Records, pack
@@ -58,6 +58,9 @@ bytes twice."""
 class S3Backend:
     name = NAME
     conditional_writes_across_processes = True
+    segment_create_first = False
+    """A refused create costs the index entry's PUT, the record's refused PUT and a GET: the
+    segment layer reads a key it does not know (one GET) before writing it instead."""
 
     def __init__(
         self,
@@ -183,14 +186,8 @@ class S3Backend:
                 # a memory may be stale: only what is stored may refuse a drop
                 current, verified = self._records.header(name, "drop"), True
                 continue
-            if current is None or found is None:
-                if expect_revision is not None:
-                    raise ConflictError(f"key {key!r} does not exist", key=key)
+            if not plan_drop(key, found, expect_revision) or current is None or found is None:
                 return False
-            if expect_revision is not None and found != expect_revision:
-                raise ConflictError(
-                    f"key {key!r} is at revision {found}, not {expect_revision}", key=key
-                )
             if self._bury(name, found, current):
                 return True
             current, verified = self._records.header(name, "drop"), True
