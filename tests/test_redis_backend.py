@@ -859,3 +859,87 @@ def test_claims_never_touch_a_store_whose_prefix_looks_like_their_namespace(
     keys = store_keys(client, f"{prefix}:leases")
     if keys:
         client.delete(*keys)
+
+
+# -- bodies stored apart (STAGE_BYTES and more) ------------------------------------------------
+
+
+def big_record(key: str, n: int, fill: bytes = b"x") -> Record:
+    body = b'{"n":%d,"fill":"%s"}' % (n, fill * 100_000)
+    return Record(Summary(key, f"run-{n}", 1_000 + n, None, None, None, None, 0, 0, 0), body)
+
+
+def test_a_big_body_is_stored_apart_and_goes_with_its_record(
+    client: redis.Redis, prefix: str
+) -> None:
+    backend = RedisBackend(client, prefix=prefix)
+    first = backend.save(big_record("k", 1))
+    hashed = client.hgetall(f"{{{prefix}}}:r:k".encode())
+    assert b"body" not in hashed  # the 100 KB went to a key of its own, not through Lua
+    apart = f"{{{prefix}}}:b:{first.revision}:k".encode()
+    assert client.pttl(apart) == -1  # no ttl: kept as long as the record
+    assert backend.load("k") == Record(first, big_record("k", 1).body)
+    small = Record(Summary("k", "run-2", 2_000, None, None, None, None, 0, 0, 0), b'{"n":2}')
+    second = backend.save(small)
+    assert not client.exists(apart) and backend.load("k") == Record(second, small.body)
+    third = backend.save(big_record("k", 3))
+    assert backend.drop("k", expect_revision=third.revision) is True
+    assert store_keys(client, prefix) == [sequence(prefix)]  # no body or staging key left
+
+
+def test_a_refused_big_write_changes_nothing_and_leaves_no_staging_key(
+    client: redis.Redis, prefix: str
+) -> None:
+    backend = RedisBackend(client, prefix=prefix)
+    backend.save(big_record("k", 1))
+    before = contents(client, prefix)
+    with pytest.raises(ConflictError):
+        backend.save(big_record("k", 2, b"y"), create_only=True)
+    with pytest.raises(ConflictError):
+        backend.save(big_record("k", 3, b"z"), expect_revision=99)
+    assert contents(client, prefix) == before
+
+
+def test_a_big_body_expires_with_its_record(client: redis.Redis, prefix: str) -> None:
+    backend = RedisBackend(client, prefix=prefix, ttl=60)
+    saved = backend.save(big_record("k", 1))
+    apart = f"{{{prefix}}}:b:{saved.revision}:k".encode()
+    assert 0 < client.pttl(apart) <= 60_000
+    assert abs(client.pttl(apart) - client.pttl(f"{{{prefix}}}:r:k".encode())) < 1000
+
+
+def test_reads_racing_writers_of_big_bodies_see_whole_records(
+    client: redis.Redis, prefix: str
+) -> None:
+    writer, reader = RedisBackend(client, prefix=prefix), RedisBackend(client, prefix=prefix)
+    writer.save(Record(Summary("k", "run-0", 1_000, None, None, None, None, 0, 0, 0), b'{"n":0}'))
+    stop = threading.Event()
+
+    def write() -> None:
+        n = 1
+        while not stop.is_set():
+            fill = b"ab"[n % 2 : n % 2 + 1]
+            writer.save(
+                big_record("k", n, fill)
+                if n % 3
+                else Record(
+                    Summary("k", f"run-{n}", 1_000 + n, None, None, None, None, 0, 0, 0),
+                    b'{"n":%d}' % n,
+                )
+            )
+            n += 1
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        for _ in range(300):
+            got = reader.load("k")
+            assert got is not None
+            n = int(got.summary.run_id.removeprefix("run-"))
+            expected = (
+                big_record("k", n, b"ab"[n % 2 : n % 2 + 1]).body if n % 3 else b'{"n":%d}' % n
+            )
+            assert got.body == expected, n  # the body of the revision whose summary came with it
+    finally:
+        stop.set()
+        thread.join()

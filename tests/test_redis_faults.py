@@ -89,7 +89,7 @@ def test_an_exhausted_retry_budget_raises_the_library_error_with_the_driver_caus
         store.put(checkpoint(), key="before")
         calls: list[tuple[str, Callable[[], object]]] = [
             ("save", lambda: store.put(checkpoint(), key="during", create_only=True)),
-            ("load", lambda: store.put(checkpoint(), key="during")),  # see PUT
+            ("save", lambda: store.put(checkpoint(), key="during")),  # new to it: a create
             ("load", lambda: store.get("before")),
             ("scan", lambda: store.list()),
             ("drop", lambda: store.delete("before")),  # its layout is remembered: no read

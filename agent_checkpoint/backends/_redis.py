@@ -39,6 +39,7 @@ connection, by ``WAIT N wait_timeout``: it returns once N replicas confirmed it,
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -50,6 +51,7 @@ from redis.exceptions import NoScriptError
 
 from .._codec import join_parts
 from ..errors import (
+    BackendUnavailableError,
     InvalidArgumentError,
     InvalidKeyError,
     NotReplicatedError,
@@ -96,6 +98,10 @@ __all__ = ["DEFAULT_PREFIX", "RedisBackend", "VolatileRedisWarning"]
 
 DEFAULT_PREFIX = "agent-checkpoint"
 MAX_BATCH = 2000
+STAGE_BYTES = 64 * 1024
+"""Bodies this large are stored under a key of their own, not passed to Lua (``WRITE``)."""
+STAGE_TTL_MS = 60_000
+READS = 8  # a reader racing writers that replace a body stored apart reads again this often
 
 
 class RedisBackend(Closable):
@@ -168,16 +174,44 @@ class RedisBackend(Closable):
     def load(self, key: str) -> Record | None:
         with self._errors("load"):
             row: list[Any] = self._client.hmget(self._record_key(key), LOADED)
+        if row[0] is None and row[1] is None and row[-1] is not None:  # its body stored apart
+            with self._errors("load"):
+                body = self._client.get(f"{self._base}b:{int(row[-1])}:{key}")
+            if body is None:  # replaced since the hash was read
+                return self.load_many([key])[0]
+            row = [body, *row[1:]]
         return self._record(key, row)
 
     def load_many(self, keys: Sequence[str]) -> list[Record | None]:
-        # One pipeline: a store's keys share one hash tag, so on a cluster it goes to one node.
-        with self._errors("load"):
-            pipe = self._client.pipeline(transaction=False)
-            for key in keys:
-                pipe.hmget(self._record_key(key), LOADED)
-            rows = pipe.execute()
-        return [self._record(key, row) for key, row in zip(keys, rows, strict=True)]
+        # One pipeline: a store's keys share one hash tag, so on a cluster it goes to one node;
+        # the bodies stored apart (``STAGE_BYTES``: under the key WRITE names by revision) in
+        # one more. A body gone by then belongs to a record replaced since: read that again.
+        found: list[Record | None] = [None] * len(keys)
+        wanted = list(range(len(keys)))
+        for _ in range(READS):
+            with self._errors("load"):
+                pipe = self._client.pipeline(transaction=False)
+                for i in wanted:
+                    pipe.hmget(self._record_key(keys[i]), LOADED)
+                rows = dict(zip(wanted, pipe.execute(), strict=True))
+                apart = [i for i, r in rows.items() if r[0] is r[1] is None and r[-1] is not None]
+                if apart:
+                    pipe = self._client.pipeline(transaction=False)
+                    for i in apart:
+                        pipe.get(f"{self._base}b:{int(rows[i][-1])}:{keys[i]}")
+                    for i, body in zip(apart, pipe.execute(), strict=True):
+                        rows[i] = [body, *rows[i][1:]]
+            wanted = [i for i in apart if rows[i][0] is None]
+            for i, row in rows.items():
+                if i not in wanted:
+                    found[i] = self._record(keys[i], row)
+            if not wanted:
+                return found
+        raise BackendUnavailableError(
+            f"redis load of {keys[wanted[0]]!r}: the record kept changing while it was read",
+            backend=self.name,
+            operation="load",
+        )
 
     def _record(
         self, key: str, row: list[Any], segments: list[bytes] | None = None
@@ -213,8 +247,13 @@ class RedisBackend(Closable):
     ) -> Summary:
         s = record.summary
         size = s.size or len(record.body)  # a layout record's is its assembled bytes' size
-        args = [*self._args(s, create_only, expect_revision, record.body), str(size)]
-        reply = self._run("save", self._write, self._keys(s.key), args)
+        staged = None
+        if len(record.body) >= STAGE_BYTES:  # see WRITE: no big argument for Lua to copy
+            staged = (f"{self._base}t:{uuid.uuid4().hex}", record.body)
+        body = b"" if staged else record.body
+        args = [*self._args(s, create_only, expect_revision, body), str(size)]
+        keys = self._keys(s.key) + ([staged[0]] if staged else [])
+        reply = self._run("save", self._write, keys, args, staged)
         return self._outcome(s, reply, expect_revision, size)
 
     def _args(
@@ -337,26 +376,40 @@ class RedisBackend(Closable):
         """A record's keys: its hash and the segment list of version 0.4."""
         return [self._base + "r:" + key, self._base + "s:" + key]
 
-    def _run(self, operation: str, script: Script, keys: list[str], args: list[Any]) -> Any:
+    def _run(
+        self,
+        operation: str,
+        script: Script,
+        keys: list[str],
+        args: list[Any],
+        staged: tuple[str, bytes] | None = None,
+    ) -> Any:
         """Run a write script in one round trip and return its reply. ``args`` start with the
-        prefix and the key, as every write script's do. With ``wait_replicas``, a ``WAIT``
-        follows on the same connection, and a write the script applied (``ok``, ``dropped``)
-        that too few replicas confirmed raises ``NotReplicatedError``."""
+        prefix and the key, as every write script's do. ``staged``: a body SET under a
+        staging key (with an expiry, should the script not run) just before the script. With
+        ``wait_replicas``, a ``WAIT`` follows on the same connection, and a write the script
+        applied (``ok``, ``dropped``) that too few replicas confirmed raises
+        ``NotReplicatedError``."""
         with self._errors(operation):
-            if not self.wait_replicas:
+            if not self.wait_replicas and staged is None:
                 return script(keys, args)
             client = self._client
             if isinstance(client, RedisCluster):  # its pipelines refuse scripts: use the node's
                 client = client.get_redis_connection(store_node(client, self.prefix))
             for _ in range(2):
                 pipe = client.pipeline(transaction=False)
+                if staged is not None:
+                    pipe.set(staged[0], staged[1], px=STAGE_TTL_MS)
                 pipe.evalsha(script.sha, len(keys), *keys, *args)
-                pipe.wait(self.wait_replicas, max(1, round(self.wait_timeout * 1000)))
-                reply, confirmed = pipe.execute(raise_on_error=False)
+                if self.wait_replicas:
+                    pipe.wait(self.wait_replicas, max(1, round(self.wait_timeout * 1000)))
+                replies = pipe.execute(raise_on_error=False)[1 if staged else 0 :]
+                reply = replies[0]
+                confirmed = replies[1] if self.wait_replicas else 0
                 if not isinstance(reply, NoScriptError):
                     break
                 script.sha = client.script_load(script.script)  # a new or flushed server
-            for answer in (reply, confirmed):
+            for answer in replies:
                 if isinstance(answer, Exception):
                     raise answer
         if reply[0] in (b"ok", b"dropped") and int(confirmed) < self.wait_replicas:
