@@ -22,8 +22,9 @@ Older history content lives in *pieces*: immutable records in the backend's ``se
 namespace under ``<key>#<id>``. The assembled bytes are the head with the pieces' contents and
 then the inline content joined into its gap, byte for byte what a full write stores.
 
-Writes: an append that keeps the inline content under ``inline_bytes`` rewrites only the layout
-record (one conditional write). Past it, the inline content (and, when the record would hold
+Writes: a whole write (``save_split``) keeps its history inline, however long, so it is one
+write and a get of it one read. An append that keeps the inline content under
+``inline_bytes`` rewrites only the layout record (one conditional write). Past it, the inline content (and, when the record would hold
 more than ``max_segments`` pieces, the newest run of pieces, ``merge_start``) is written first
 as a new piece, then the layout record is saved on the revision it extends: that save is the
 commit point. A lost condition changes nothing (the new piece is dropped again), a crash
@@ -40,6 +41,7 @@ knows nothing of first tries to create it (``_new_key_likely``), which replaces 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -167,17 +169,24 @@ class Layout:
         try:
             manifest = orjson.loads(body[len(MAGIC) : end])
             pieces = tuple((str(i), int(n)) for i, n in manifest["s"])
-            rest, cut = body[end + 1 :], int(manifest["h"])
+            start, cut = end + 1, int(manifest["h"])
             digest = str(manifest["d"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             return None
-        if not 0 <= cut <= len(rest) or rest[:cut].count(GAP) != 1:
+        head = body[start : start + cut]  # sliced once each: the inline part may be megabytes
+        if not 0 <= cut <= len(body) - start or head.count(GAP) != 1:
             return None
-        return Layout(pieces, rest[:cut], rest[cut:], digest)
+        return Layout(pieces, head, body[start + cut :], digest)
 
     def assemble(self, contents: Iterable[bytes]) -> bytes:
+        """The record's bytes, copied once: the head with the history content in its gap."""
         before, _, after = self.head.partition(GAP)
-        return before + merge([*contents, self.inline]) + after
+        parts: list[bytes] = [before]
+        for content in (*contents, self.inline):
+            if content:
+                parts += (b",", content) if len(parts) > 1 else (content,)
+        parts.append(after)
+        return b"".join(parts)
 
 
 class Segmented(Closable):
@@ -191,13 +200,11 @@ class Segmented(Closable):
         self.name = inner.name
         declared = getattr(inner, "segment_inline_bytes", INLINE_BYTES)
         self.inline_bytes: int = inline_bytes if inline_bytes is not None else declared
-        # A whole write keeps up to the default inline even where a backend keeps less
-        # between appends (they rewrite the inline content each time; a whole write does
-        # once): a short history is then one write, and the first append that outgrows
-        # ``inline_bytes`` spills it. An explicit ``inline_bytes`` holds for both.
-        self.whole_inline_bytes = (
-            inline_bytes if inline_bytes is not None else max(declared, INLINE_BYTES)
-        )
+        # A whole write keeps its history inline, however long: one write, and a get of it
+        # one read. The first append that outgrows ``inline_bytes`` moves it into a piece
+        # (appends rewrite the inline content each time; a whole write does once). An
+        # explicit ``inline_bytes`` holds for both (the tests make whole writes spill so).
+        self.whole_inline_bytes = inline_bytes if inline_bytes is not None else sys.maxsize
         self.max_segments = max_segments
         self.create_first: bool = getattr(inner, "segment_create_first", True)
         self._pieces: Backend | None = None
@@ -212,10 +219,11 @@ class Segmented(Closable):
             record = self.inner.load(key)
             if record is None:
                 return None
-            whole = self.whole(record)
+            layout = Layout.unpack(record.body)
+            whole = self._assembled(record, layout)
             if whole is not None:
                 # What a later write of this store replaces, unless another writes between.
-                self._remember(key, record.summary.revision, Layout.unpack(record.body))
+                self._remember(key, record.summary.revision, layout)
                 return whole
         raise BackendUnavailableError(
             f"{self.name} load of {key!r}: the record kept changing while it was read",
@@ -228,7 +236,9 @@ class Segmented(Closable):
         if one is gone because the record was replaced meanwhile: read it again); any other
         record as it is. A piece missing from the record still stored raises
         ``UnreadableEnvelopeError`` naming it."""
-        layout = Layout.unpack(record.body)
+        return self._assembled(record, Layout.unpack(record.body))
+
+    def _assembled(self, record: Record, layout: Layout | None) -> Record | None:
         if layout is None:
             return record
         key = record.key

@@ -14,7 +14,7 @@ LONGEST = [
     # at a time, so each pair starts at once on a worker of its own
     "test_resume_race.py::test_eight_workers_resume_every_failed_run_exactly_once[s3]",
     "test_resume_race.py::test_eight_workers_resume_every_failed_run_exactly_once[redis]",
-    "test_s3_backend.py::test_newest_100_of_10000_and_paging_all_while_a_writer_adds_newer",
+    "test_s3_backend.py::test_newest_100_of_3000_and_paging_all_while_a_writer_adds_newer",
     "test_resume_race.py::test_eight_workers_resume_every_failed_run_exactly_once[postgres]",
     "test_copy_between_backends.py::test_copy_to_a_network_backend_and_back_is_lossless[redis]",
     "test_resume_race.py::test_eight_workers_resume_every_failed_run_exactly_once[disk]",

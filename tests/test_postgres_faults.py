@@ -168,9 +168,9 @@ def test_refusal_longer_than_the_retry_budget_raises_backend_unavailable(
         with proxy.refusing():
             time.sleep(0.2)
             attempts: list[tuple[str, Callable[[], object]]] = [
-                # a put reads first the record it replaces (the segment layer drops that
-                # record's pieces once it is replaced)
-                ("load", lambda: store.put(checkpoint(text="lost"), key="k")),
+                # the segment layer remembers what this store wrote under "k": a put over
+                # it is one write, with no read of the record it replaces
+                ("save", lambda: store.put(checkpoint(text="lost"), key="k")),
                 ("save", lambda: store.backend.save(Record(replaced, b"{}"))),
                 ("load", lambda: store.get("k")),
                 ("scan", lambda: store.list()),
@@ -339,7 +339,7 @@ def test_a_server_down_longer_than_the_budget_raises_then_recovers(
         try:
             with pytest.raises(BackendUnavailableError) as caught:
                 store.put(checkpoint(text="refused"), key="k")
-            assert_library_errors([caught.value], {"load"})  # a put reads what it replaces
+            assert_library_errors([caught.value], {"save"})  # over what it wrote: no read
         finally:
             server.start()
         got = Store(store.backend).get("k")

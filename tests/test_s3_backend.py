@@ -263,11 +263,14 @@ def own_bucket(client: Any) -> Iterator[str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # ~90 s quiet; 260-310 s on a 2-core machine other tenants load
-def test_newest_100_of_10000_and_paging_all_while_a_writer_adds_newer(
+def test_newest_100_of_3000_and_paging_all_while_a_writer_adds_newer(
     client: Any, own_bucket: str
 ) -> None:
+    """3,000 records (three listing pages of 1,000, and the newest 100 of them), not the
+    10,000 of the other backends: loading 10,000 into SeaweedFS took ~290 s of the suite's
+    10 minutes. benchmarks/run.py (c) checks the newest 100 of 10,000 on S3 in every run."""
     store = Store(S3Backend(client, own_bucket, "many"))
-    total = 10_000
+    total = 3_000
     saved = {f"k{i:05d}": 1_000_000 + i // 3 for i in range(total)}  # ties broken by key
 
     def put(key: str) -> None:
