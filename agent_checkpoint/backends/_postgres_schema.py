@@ -169,6 +169,16 @@ def migrate(
     lock = sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))")
     lock_key = f"agent_checkpoint setup {schema}"
     ledger = sql.Identifier(schema, LEDGER)
+    latest = steps[-1][0]
+    # Up to date (every process opening a namespace asks): two reads, no lock, no DDL.
+    exists = conn.execute("SELECT to_regclass(%s)", (ledger.as_string(conn),)).fetchone()
+    if exists is not None and exists[0] is not None:
+        done = conn.execute(
+            sql.SQL("SELECT count(*), max(version) FROM {} WHERE table_name = %s").format(ledger),
+            (table,),
+        ).fetchone()
+        if done is not None and tuple(done) == (len(steps), latest):
+            return
     # One advisory lock per schema serialises concurrent setups, schema creation included.
     with conn.transaction():
         conn.execute(lock, (lock_key,))
@@ -186,7 +196,6 @@ def migrate(
         newest = conn.execute(
             sql.SQL("SELECT max(version) FROM {} WHERE table_name = %s").format(ledger), (table,)
         ).fetchone()
-    latest = steps[-1][0]
     if newest is not None and newest[0] is not None and newest[0] > latest:
         raise BackendError(
             f"postgres setup refused: table {schema}.{table} is at schema version {newest[0]}, "
