@@ -298,10 +298,13 @@ class Segmented(Closable):
         return self.inner.namespace(name)  # type: ignore[attr-defined, no-any-return]
 
     def setup(self) -> None:
-        """The backend's ``setup`` (tables, indexes), where it has one: a ``Store`` built on
-        a ``Segmented`` of its own sets up what is under it."""
+        """The backend's ``setup`` (tables, indexes), where it has one, and the pieces'
+        namespace's: made here, not by the first long history a process writes (a
+        PostgreSQL namespace is a table of its own). A ``Store`` built on a ``Segmented``
+        of its own sets up what is under it."""
         if callable(setup := getattr(self.inner, "setup", None)):
             setup()
+            self._pieces_backend()
 
     def close(self) -> None:
         self.inner.close()

@@ -317,7 +317,7 @@ class Store:
 
     def setup(self) -> None:
         """Create what the backend needs (tables, indexes); idempotent. A no-op where none."""
-        setup = getattr(self.backend, "setup", None)
+        setup = getattr(self._records, "setup", None)  # the segment layer's, with its pieces'
         self._call(setup if callable(setup) else lambda: None)  # a closed store refuses either way
 
     def close(self) -> None:

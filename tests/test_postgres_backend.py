@@ -27,7 +27,7 @@ from support.services import POSTGRES_URL, service_missing
 from agent_checkpoint import Store, open_store
 from agent_checkpoint._codec import encode_parts
 from agent_checkpoint._model import Message, RunCheckpoint
-from agent_checkpoint._segments import Segmented
+from agent_checkpoint._segments import PIECES, Segmented
 from agent_checkpoint.backends import _postgres as postgres
 from agent_checkpoint.backends._base import Query, Record, Summary
 from agent_checkpoint.backends._postgres import LEDGER, MIGRATIONS, PostgresBackend, TimedConnection
@@ -495,6 +495,42 @@ def test_setup_is_idempotent_and_the_ledger_lists_each_step_once(admin: Admin, s
         got = store.get("k")
         assert got is not None and got.history[0].content == "kept 0"
     assert ledger(admin, schema) == [(version, name) for version, name, _ in MIGRATIONS]
+
+
+def test_setup_makes_the_pieces_table_so_writers_and_readers_need_no_ddl(
+    admin: Admin, schema: str
+) -> None:
+    with open_pg(schema) as store:
+        store.setup()
+        backend = postgres_of(store)
+        assert backend.namespace_exists(PIECES)  # made by setup, not by a first long history
+    assert ledger(admin, schema, "agent_checkpoints$segments") == [
+        (version, name) for version, name, _ in MIGRATIONS
+    ]
+
+
+def test_a_role_that_may_only_read_reads_long_histories_and_lists(
+    admin: Admin, schema: str
+) -> None:
+    history = [Message("user", f"message {i} " * 40) for i in range(200)]  # ~100 KB, pieces
+    with open_pg(schema) as store:
+        store.setup()
+        for n in (100, 150, 200):  # appends past 4 KiB inline: the history is in pieces
+            store.put(RunCheckpoint.new("task", history[:n], run_id="r"), key="k")
+    reader = f"ac_reader_{uuid.uuid4().hex[:8]}"
+    admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(reader)))
+    try:
+        admin.execute(
+            sql.SQL(
+                "GRANT USAGE ON SCHEMA {s} TO {r}; GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {r}"
+            ).format(s=sql.Identifier(schema), r=sql.Identifier(reader))
+        )
+        with open_pg(schema, _address(user=reader)) as store:
+            got = store.get("k")  # opens the pieces' namespace: reads only, no CREATE
+            assert got is not None and got.history == tuple(history)
+            assert [s.key for s in store.list().items] == ["k"]
+    finally:
+        admin.execute(sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}").format(r=sql.Identifier(reader)))
 
 
 def test_concurrent_setups_both_succeed_and_apply_each_step_once(admin: Admin, schema: str) -> None:
