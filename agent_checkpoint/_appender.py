@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ._codec import GAP, Digest, count_messages, digest_of, encode_parts, join_parts
 from ._model import Message, RunCheckpoint
-from ._segments import Split, chain
+from ._segment_format import Split, chain
 from ._validation import validate_checkpoint, validate_messages
 from ._writable import check_tree, check_writable
 from .backends._base import Summary

@@ -12,7 +12,8 @@ from typing import Protocol, TypeVar
 from ._appender import Appender
 from ._codec import Digest
 from ._model import RunCheckpoint
-from ._segments import Segmented, Split
+from ._segment_format import Split
+from ._segments import Segmented
 from .backends._base import Backend, Record, Summary
 from .errors import ConflictError, RecordTooLargeError, WriteOutcomeUnknownError
 

@@ -25,7 +25,8 @@ from support.services import REDIS_URL, service_missing
 
 from agent_checkpoint import Store, open_store
 from agent_checkpoint._model import Message, RunCheckpoint
-from agent_checkpoint._segments import PIECES, Layout, Segmented
+from agent_checkpoint._segment_format import Layout
+from agent_checkpoint._segments import PIECES, Segmented
 from agent_checkpoint.backends._base import Query, Record, Summary
 from agent_checkpoint.backends._memory import MemoryBackend
 from agent_checkpoint.backends._redis import RedisBackend, VolatileRedisWarning

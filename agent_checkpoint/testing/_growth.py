@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from .._model import Message, RunCheckpoint
-from .._segments import Segmented, Split, assemble, chain
+from .._segment_format import Split, assemble, chain
+from .._segments import Segmented
 from .._store import Store
 from ..backends._base import Record, Summary
 from ..errors import ConflictError, OwnershipConflictError

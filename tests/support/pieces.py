@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_checkpoint._segments import PIECES, Layout
+from agent_checkpoint._segment_format import Layout
+from agent_checkpoint._segments import PIECES
 from agent_checkpoint.backends._base import Query
 
 

@@ -1,0 +1,120 @@
+"""The byte format of a history kept in pieces (the segment layer, ``_segments.py``, writes
+and reads it; the appender and the growth tests build on ``chain`` and ``assemble``).
+
+A record whose history is stored in pieces is a *layout record*: its body starts with
+``MAGIC`` (a NUL byte: no JSON text or sealed container starts with one), then one line of
+manifest, then the envelope's head (the history array's contents cut out at ``GAP``), then the
+newest history content kept *inline*::
+
+    \\0ACS1\\n{"s":[["<id>",<size>],...],"d":"<digest>","h":<head length>}\\n<head><inline>
+
+Older history content lives in *pieces*: immutable records in the backend's ``segments``
+namespace under ``<key>#<id>``. The assembled bytes are the head with the pieces' contents and
+then the inline content joined into its gap, byte for byte what a full write stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import orjson
+import xxhash
+
+from ._codec import GAP
+
+__all__ = ["MAGIC", "Layout", "Split", "assemble", "chain", "merge", "merge_start"]
+
+MAGIC = b"\x00ACS1\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """A record in pieces: ``head`` holds one ``GAP``; ``segment`` is history content written
+    now; ``digest`` is the chain over every stored segment, this one included."""
+
+    head: bytes
+    segment: bytes
+    digest: str
+
+
+def chain(previous: str, segment: bytes) -> str:
+    """The digest after appending ``segment`` to a record whose digest was ``previous``."""
+    h = xxhash.xxh3_128(previous.encode())
+    h.update(b"|")
+    h.update(segment)
+    return h.hexdigest()
+
+
+def merge(segments: list[bytes]) -> bytes:
+    """Segments joined into one: the history array's contents they hold, in order."""
+    return b",".join(s for s in segments if s)
+
+
+def merge_start(sizes: Sequence[int], limit: int) -> int:
+    """Where the segments to merge start, for a record holding ``sizes`` (oldest first) that
+    must make room for one more under ``limit``: the newest run of at least two segments, each
+    earlier segment joining it while it is no larger than the run so far. A history grown one
+    message at a time then holds segments whose sizes grow geometrically towards the oldest,
+    so a byte is merged again only when the run has caught up with it, and the segment
+    count stays under the limit without rewriting the whole history on every merge."""
+    start = max(min(len(sizes), limit) - 2, 0)
+    run = sum(sizes[start:])
+    while start > 0 and sizes[start - 1] <= run:
+        start -= 1
+        run += sizes[start]
+    return start
+
+
+def assemble(head: bytes, segments: list[bytes]) -> bytes:
+    """The record's bytes: the head with the non-empty segments joined into its gap."""
+    before, _, after = head.partition(GAP)
+    return before + merge(segments) + after
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A layout record's parts: ``pieces`` as ``(id, size)`` oldest first, ``head`` with one
+    ``GAP``, ``inline`` the newest history content, ``digest`` the chain over the history."""
+
+    pieces: tuple[tuple[str, int], ...]
+    head: bytes
+    inline: bytes
+    digest: str
+
+    def pack(self) -> bytes:
+        manifest = orjson.dumps(
+            {"s": [list(p) for p in self.pieces], "d": self.digest, "h": len(self.head)}
+        )
+        return b"".join((MAGIC, manifest, b"\n", self.head, self.inline))
+
+    @staticmethod
+    def unpack(body: bytes) -> Layout | None:
+        """The layout of ``body``; ``None`` for a plain record (or bytes that only start like
+        a layout record: the codec then reports them unreadable)."""
+        if not body.startswith(MAGIC):
+            return None
+        end = body.find(b"\n", len(MAGIC))
+        if end < 0:
+            return None
+        try:
+            manifest = orjson.loads(body[len(MAGIC) : end])
+            pieces = tuple((str(i), int(n)) for i, n in manifest["s"])
+            start, cut = end + 1, int(manifest["h"])
+            digest = str(manifest["d"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return None
+        head = body[start : start + cut]  # sliced once each: the inline part may be megabytes
+        if not 0 <= cut <= len(body) - start or head.count(GAP) != 1:
+            return None
+        return Layout(pieces, head, body[start + cut :], digest)
+
+    def assemble(self, contents: Iterable[bytes]) -> bytes:
+        """The record's bytes, copied once: the head with the history content in its gap."""
+        before, _, after = self.head.partition(GAP)
+        parts: list[bytes] = [before]
+        for content in (*contents, self.inline):
+            if content:
+                parts += (b",", content) if len(parts) > 1 else (content,)
+        parts.append(after)
+        return b"".join(parts)
