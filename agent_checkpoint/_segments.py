@@ -42,7 +42,16 @@ from typing import Any, Protocol, runtime_checkable
 
 from ._model import now_ms
 from ._segment_format import Layout, Split, merge, merge_start
-from .backends._base import Backend, Batched, Closable, Forgetting, Query, Record, Summary
+from .backends._base import (
+    Backend,
+    Batched,
+    Closable,
+    Expiring,
+    Forgetting,
+    Query,
+    Record,
+    Summary,
+)
 from .errors import BackendUnavailableError, ConflictError, UnreadableEnvelopeError
 
 __all__ = ["INLINE_BYTES", "PIECES", "Collecting", "Segmented"]
@@ -259,6 +268,7 @@ class Segmented(Closable):
             layout, written = self._spill(key, layout)
         body = layout.pack()
         try:
+            self._keep_pieces(key, layout, written)
             summary = self.inner.save(
                 Record(record.summary, body),
                 expect_revision=expect_revision,
@@ -322,6 +332,13 @@ class Segmented(Closable):
                 self._contents.put(k, content)
             found = [read.get(k) if c is None else c for k, c in zip(keys, found, strict=True)]
         return found
+
+    def _keep_pieces(self, key: str, layout: Layout, written: str | None) -> None:
+        """Before a commit: a fresh expiry for the pieces ``layout`` keeps (where pieces
+        expire, ``Expiring``); the one just ``written`` has its own."""
+        kept = [f"{key}#{piece}" for piece, _ in layout.pieces if piece != written]
+        if kept and isinstance(backend := self._pieces_backend(), Expiring):
+            backend.keep(kept)
 
     def _drop_pieces(self, key: str, pieces: Iterable[tuple[str, int]]) -> None:
         """Drop pieces no record refers to any longer; one that stays (a fault) is an orphan

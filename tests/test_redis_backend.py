@@ -401,8 +401,9 @@ def test_expiry_is_refreshed_on_every_key_of_a_record_by_each_write(
 def test_a_history_in_pieces_outlives_the_first_deadline_and_expiry_leaves_only_orphans(
     client: redis.Redis, prefix: str
 ) -> None:
-    """Pieces never expire (a record written again still refers to pieces older than its
-    ttl); the ones a record that expired leaves are orphans that ``collect_orphans`` removes."""
+    """Pieces keep twice the ttl, refreshed by each write of the record that refers to them
+    (so a record written again never refers to an expired piece); the ones a record that
+    expired leaves expire a ttl later, or ``collect_orphans`` removes them before that."""
     store = in_pieces(RedisBackend.from_url(REDIS_URL, prefix=prefix, ttl=3))
     with store:
         started = time.monotonic()
@@ -411,7 +412,7 @@ def test_a_history_in_pieces_outlives_the_first_deadline_and_expiry_leaves_only_
         time.sleep(1.5)
         history = grow(store, 5, principal="al", start=4)
         assert client.pttl(f"{{{prefix}}}:r:k") > 2500
-        assert all(client.pttl(p) == -1 for p in pieces(client, prefix))
+        assert all(3000 < client.pttl(p) <= 6000 for p in pieces(client, prefix))
         time.sleep(max(0.0, started + 3.5 - time.monotonic()))  # past the first deadline
         got = store.get("k")
         assert got is not None and got.history == history
@@ -944,3 +945,25 @@ def test_reads_racing_writers_of_big_bodies_see_whole_records(
     finally:
         stop.set()
         thread.join()
+
+
+# -- expiry of long histories ------------------------------------------------------------------
+
+
+def test_with_a_ttl_a_long_history_lives_while_written_and_expires_whole(
+    client: redis.Redis, prefix: str
+) -> None:
+    history = [Message("user", f"message {i} " * 40) for i in range(120)]  # ~60 KB: pieces
+    with open_store(REDIS_URL, prefix=prefix, ttl=1) as store:
+        for n in range(40, 121, 8):  # appends over 2.5 s, well past twice the ttl
+            store.put(RunCheckpoint.new("task", history[:n], run_id="r"), key="k")
+            time.sleep(0.25)
+        pieces = [k for k in store_keys(client, prefix) if b"#segments:r:" in k]
+        assert pieces, "the history was not in pieces"
+        for piece in pieces:  # refreshed by the last write: past the record's own expiry
+            assert 1000 < client.pttl(piece) <= 2000
+        got = store.get("k")
+        assert got is not None and got.history == tuple(history)
+    time.sleep(2.2)
+    left = [k for k in store_keys(client, prefix) if b":r:" in k or b":b:" in k]
+    assert left == []  # the record and every piece (and body stored apart) expired

@@ -44,6 +44,7 @@ from ..errors import (
 __all__ = [
     "Backend",
     "Batched",
+    "Expiring",
     "Forgetting",
     "Namespaced",
     "Query",
@@ -199,6 +200,19 @@ class Batched(Protocol):
 
     def load_many(self, keys: Sequence[str]) -> list[Record | None]:
         """``[load(k) for k in keys]``, in one round trip where the server allows it."""
+        ...
+
+
+@runtime_checkable
+class Expiring(Protocol):
+    """Optional, for backends whose records expire (a ``ttl``): give ``keys`` a fresh expiry,
+    as a write would. The segment layer calls it before each commit of a layout record whose
+    history is in pieces, so that the pieces live as long as the record that refers to them
+    (a backend keeps its namespaces' records at least twice its ttl, so one refresh lost to
+    a crash after the commit still leaves them the record's lifetime)."""
+
+    def keep(self, keys: Sequence[str]) -> None:
+        """Refresh the expiry of the records under ``keys`` (those stored; none if no ttl)."""
         ...
 
 

@@ -21,9 +21,11 @@ A namespace ``N`` of the store (``namespace``; claims live in one) has the same 
 a brace.
 
 With ``ttl`` every write gives the record's hash a fresh expiry; index members of expired
-records are skipped and removed when a scan meets them, or by ``repair``. The pieces of a long
-history never expire (a record written again refers to pieces older than its ttl): the ones a
-record that expired leaves are orphans, which ``verify --repair`` removes. Writes are Lua
+records are skipped and removed when a scan meets them, or by ``repair``. The store's
+namespaces (the pieces of long histories, claims) expire too, after twice the ttl, and the
+segment layer refreshes the pieces a record keeps referring to before each write of that
+record (``keep``): a long history expires with its record, and one refresh lost to a crash
+still leaves its pieces the record's lifetime. Writes are Lua
 scripts (``_redis_scripts.py``); a read is one HMGET, the pieces of a long history one pipeline
 of them (``load_many``). A put and a get are one round trip each (and one more for the pieces,
 where a history has any).
@@ -92,7 +94,7 @@ from ._redis_layout import (
     page_filter,
     summary_of,
 )
-from ._redis_scripts import DROP, PAGE, WRITE
+from ._redis_scripts import DROP, KEEP, PAGE, WRITE
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend", "VolatileRedisWarning"]
 
@@ -151,6 +153,7 @@ class RedisBackend(Closable):
         self._base = f"{{{prefix}}}:" if namespace is None else f"{{{prefix}}}#{namespace}:"
         self._write = client.register_script(WRITE)
         self._drop = client.register_script(DROP)
+        self._keep = client.register_script(KEEP)
         self._page = client.register_script(PAGE)
         self._durability = DurabilityCheck(client, prefix)
         self._siblings: dict[str, RedisBackend] = {}
@@ -354,6 +357,7 @@ class RedisBackend(Closable):
             sibling = RedisBackend(
                 self._client,
                 prefix=self.prefix,
+                ttl=self.ttl_ms * 2 / 1000 if self.ttl_ms else None,  # see ``keep``
                 namespace=name,
                 wait_replicas=self.wait_replicas,
                 wait_timeout=self.wait_timeout,
@@ -361,6 +365,14 @@ class RedisBackend(Closable):
             sibling._durability.checked = True
             self._siblings[name] = sibling
         return sibling
+
+    def keep(self, keys: Sequence[str]) -> None:
+        """A fresh expiry for the records under ``keys`` (``Expiring``); nothing without a
+        ttl. One script call."""
+        if not self.ttl_ms or not keys:
+            return
+        hashes = [self._record_key(key) for key in keys]
+        self._run("keep", self._keep, hashes, [self._base, str(self.ttl_ms), *keys])
 
     def close(self) -> None:
         if self._owns and not self._closed:

@@ -7,7 +7,7 @@ for scripts without a shebang).
 
 from __future__ import annotations
 
-__all__ = ["DROP", "PAGE", "WRITE"]
+__all__ = ["DROP", "KEEP", "PAGE", "WRITE"]
 
 # Shared by WRITE and DROP: remove the index members of the summary stored now, where ``cur``
 # starts with HMGET rev own sn so agent phase.
@@ -147,4 +147,19 @@ if want ~= "" and redis.call("EXISTS", KEYS[1]) == 0 then
   redis.call("SREM", base .. "ix", KEYS[1])
 end
 return out
+"""
+
+# A fresh expiry for records that stay (the pieces a layout record keeps referring to): each
+# hash, and its body where it is stored apart. KEYS: the record hashes. ARGV: base, ttl ms,
+# then each record's key.
+KEEP = """
+local base, ttl = ARGV[1], ARGV[2]
+for i, rec in ipairs(KEYS) do
+  local rev = redis.call("HGET", rec, "rev")
+  if rev then
+    redis.call("PEXPIRE", rec, ttl)
+    redis.call("PEXPIRE", base .. "b:" .. rev .. ":" .. ARGV[i + 2], ttl)
+  end
+end
+return {"kept"}
 """
