@@ -64,6 +64,11 @@ INLINE_BYTES = 16 * 1024
 backend declares its own ``segment_inline_bytes`` (where rewriting more bytes per put costs
 less than a piece: one more round trip per read)."""
 
+KNOWN_BYTES = 16 * 1024 * 1024
+"""Inline history the layouts a store remembers may hold in all (``Segmented._remember``)."""
+
+_UNREAD = Layout((), b"", b"", "")  # remembered as existing, its layout too long to keep
+
 PIECE_CACHE_BYTES = 16 * 1024 * 1024
 """Piece contents a store keeps in memory (pieces are immutable): the writer's own reads of
 a long history then fetch only the layout record."""
@@ -101,7 +106,8 @@ class Segmented(Closable):
         self.max_segments = max_segments
         self.create_first: bool = getattr(inner, "segment_create_first", True)
         self._pieces: Backend | None = None
-        self._known: OrderedDict[str, tuple[int, Layout | None]] = OrderedDict()
+        self._known: OrderedDict[str, tuple[int, Layout | None, int]] = OrderedDict()
+        self._known_bytes = 0
         self._contents = _Pieces(PIECE_CACHE_BYTES)
         self._lock = threading.Lock()
 
@@ -420,7 +426,7 @@ class Segmented(Closable):
         refers to is ever dropped: the write replaces the record that referred to them)."""
         with self._lock:
             known = self._known.get(key)
-        if known is not None and revision in (None, known[0]):
+        if known is not None and revision in (None, known[0]) and known[1] is not _UNREAD:
             return known[1]
         record = self.inner.load(key)
         if record is None or (revision is not None and record.summary.revision != revision):
@@ -430,19 +436,30 @@ class Segmented(Closable):
     def _remember(self, key: str, revision: int, layout: Layout | None) -> None:
         """Keep the layout stored at ``revision``, unless a newer one is known: a slow read
         finishing after another thread's write must not bring back what that write replaced
-        (a key's revisions only grow, across deletes too)."""
+        (a key's revisions only grow, across deletes too). Layouts hold their inline
+        history, which a whole write leaves long: at most ``KNOWN_BYTES`` of it in all, and
+        one longer than an eighth of that only as known to exist (read again to append)."""
+        size = len(layout.inline) if layout is not None else 0
+        entry: tuple[int, Layout | None, int] = (
+            (revision, layout, size) if size <= KNOWN_BYTES // 8 else (revision, _UNREAD, 0)
+        )
         with self._lock:
             known = self._known.get(key)
             if known is not None and known[0] > revision:
                 return
-            self._known[key] = (revision, layout)
+            if known is not None:
+                self._known_bytes -= known[2]
+            self._known[key] = entry
+            self._known_bytes += entry[2]
             self._known.move_to_end(key)
-            while len(self._known) > 256:
-                self._known.popitem(last=False)
+            while len(self._known) > 256 or self._known_bytes > KNOWN_BYTES:
+                self._known_bytes -= self._known.popitem(last=False)[1][2]
 
     def _forget(self, key: str) -> None:
         with self._lock:
-            self._known.pop(key, None)
+            known = self._known.pop(key, None)
+            if known is not None:
+                self._known_bytes -= known[2]
 
 
 class _Pieces:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from agent_checkpoint import Store
+from agent_checkpoint import _segments as segments
 from agent_checkpoint._codec import Codec
 from agent_checkpoint._container import Keyring, Sealer
 from agent_checkpoint._model import Message, RunCheckpoint
@@ -334,6 +335,26 @@ def _layout_pieces(backend: MemoryBackend, key: str) -> list[str]:
     record = backend.load(key)
     layout = None if record is None else Layout.unpack(record.body)
     return [piece for piece, _ in layout.pieces] if layout else []
+
+
+def test_the_layouts_a_store_remembers_hold_a_bounded_amount_of_history(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(segments, "KNOWN_BYTES", 64 * 1024)
+    backend = LoadCounting()
+    store = _store(backend, inline_bytes=None)  # whole writes keep their history inline
+    long = tuple(Message("user", f"message {i} " * 50) for i in range(40))  # ~25 KB > 64 KB / 8
+    for i in range(20):
+        store.put(_grow(5)[-1], key=f"short{i}")
+    for i in range(10):
+        store.put(RunCheckpoint.new("m", long, run_id="r"), key=f"long{i}")
+    layer = store._records
+    assert isinstance(layer, Segmented) and 0 < layer._known_bytes <= 64 * 1024
+    backend.loads.clear()
+    longer = (*long, Message("assistant", "one more"))
+    store.put(RunCheckpoint.new("m", longer, run_id="r"), key="long9")
+    assert backend.loads == ["long9"]  # too long to remember: read again to append
+    assert store.get("long9").history == longer  # type: ignore[union-attr]
 
 
 def test_reads_never_see_a_torn_history_while_pieces_merge() -> None:
