@@ -349,6 +349,9 @@ class Segmented(Closable):
     def _drop_pieces(self, key: str, pieces: Iterable[tuple[str, int]]) -> None:
         """Drop pieces no record refers to any longer; one that stays (a fault) is an orphan
         for ``collect_orphans``, never a reason to fail a write that landed."""
+        pieces = list(pieces)
+        if not pieces:  # most writes: no namespace to open, no protocol check (~25 us)
+            return
         backend = self._pieces_backend()
         remove = backend.forget if isinstance(backend, Forgetting) else backend.drop
         for piece, _ in pieces:
