@@ -18,8 +18,8 @@ Writes: a whole write (``save_split``) keeps its history inline, however long, s
 write and a get of it one read. An append that keeps the inline content under
 ``inline_bytes`` rewrites only the layout record (one conditional write). Past it, the inline
 content (and, when the record would hold more than ``max_segments`` pieces, the newest run of
-pieces, ``merge_start``) is written first as a new piece, then the layout record is saved on the revision it extends: that save is the
-commit point. A lost condition changes nothing (the new piece is dropped again), a crash
+pieces, ``merge_start``) is written first as a new piece, then the layout record is saved on
+the revision it extends: that save is the commit point. A lost condition changes nothing (the new piece is dropped again), a crash
 before the commit leaves a piece no record refers to (``collect_orphans`` finds it; young
 ones may belong to a write in flight, hence ``grace``), and pieces a commit replaced are
 dropped after it. A reader that finds a piece gone (replaced under it) reads again.
@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
+from ._bounded import Bounded
 from ._model import now_ms
 from ._segment_format import Layout, Split, merge, merge_start
 from .backends._base import (
@@ -106,10 +105,9 @@ class Segmented(Closable):
         self.max_segments = max_segments
         self.create_first: bool = getattr(inner, "segment_create_first", True)
         self._pieces: Backend | None = None
-        self._known: OrderedDict[str, tuple[int, Layout | None, int]] = OrderedDict()
-        self._known_bytes = 0
-        self._contents = _Pieces(PIECE_CACHE_BYTES)
-        self._lock = threading.Lock()
+        self._keeper: Expiring | None = None  # the pieces' backend, where pieces expire
+        self._known: Bounded[tuple[int, Layout | None]] = Bounded(KNOWN_BYTES, count=256)
+        self._contents: Bounded[bytes] = Bounded(PIECE_CACHE_BYTES)
 
     # -- the five operations -----------------------------------------------------------
 
@@ -309,7 +307,7 @@ class Segmented(Closable):
             Record(_piece_summary(f"{key}#{piece}", key, len(content)), content),
             create_only=True,
         )
-        self._contents.put(f"{key}#{piece}", content)
+        self._contents.put(f"{key}#{piece}", content, len(content))
         return Layout(
             (*pieces[:start], (piece, len(content))), layout.head, b"", layout.digest
         ), piece
@@ -318,7 +316,9 @@ class Segmented(Closable):
 
     def _pieces_backend(self) -> Backend:
         if self._pieces is None:
-            self._pieces = self.inner.namespace(PIECES)  # type: ignore[attr-defined]
+            pieces: Backend = self.inner.namespace(PIECES)  # type: ignore[attr-defined]
+            self._keeper = pieces if isinstance(pieces, Expiring) else None  # checked once
+            self._pieces = pieces
         return self._pieces
 
     def _read_pieces(self, key: str, pieces: list[str]) -> list[bytes | None]:
@@ -335,7 +335,7 @@ class Segmented(Closable):
                 records = [backend.load(k) for k in wanted]
             read = {k: r.body for k, r in zip(wanted, records, strict=True) if r is not None}
             for k, content in read.items():
-                self._contents.put(k, content)
+                self._contents.put(k, content, len(content))
             found = [read.get(k) if c is None else c for k, c in zip(keys, found, strict=True)]
         return found
 
@@ -343,8 +343,10 @@ class Segmented(Closable):
         """Before a commit: a fresh expiry for the pieces ``layout`` keeps (where pieces
         expire, ``Expiring``); the one just ``written`` has its own."""
         kept = [f"{key}#{piece}" for piece, _ in layout.pieces if piece != written]
-        if kept and isinstance(backend := self._pieces_backend(), Expiring):
-            backend.keep(kept)
+        if kept:
+            self._pieces_backend()  # opened once: learns whether its records expire
+            if self._keeper is not None:
+                self._keeper.keep(kept)
 
     def _drop_pieces(self, key: str, pieces: Iterable[tuple[str, int]]) -> None:
         """Drop pieces no record refers to any longer; one that stays (a fault) is an orphan
@@ -416,8 +418,7 @@ class Segmented(Closable):
         a creation replaces nothing; a refused one costs one round trip before the read."""
         if create_only or expect_revision is not None or not self.create_first:
             return False
-        with self._lock:
-            return key not in self._known
+        return key not in self._known
 
     def _layout(self, key: str, *, revision: int | None = None) -> Layout | None:
         """The layout stored under ``key`` (at ``revision``, if given): remembered when this
@@ -427,8 +428,7 @@ class Segmented(Closable):
         what it replaces, without a read: if another writer replaced it meanwhile, the pieces
         of that writer's layout are left behind, for ``collect_orphans`` (nothing a record
         refers to is ever dropped: the write replaces the record that referred to them)."""
-        with self._lock:
-            known = self._known.get(key)
+        known = self._known.get(key)
         if known is not None and revision in (None, known[0]) and known[1] is not _UNREAD:
             return known[1]
         record = self.inner.load(key)
@@ -443,62 +443,12 @@ class Segmented(Closable):
         history, which a whole write leaves long: at most ``KNOWN_BYTES`` of it in all, and
         one longer than an eighth of that only as known to exist (read again to append)."""
         size = len(layout.inline) if layout is not None else 0
-        entry: tuple[int, Layout | None, int] = (
-            (revision, layout, size) if size <= KNOWN_BYTES // 8 else (revision, _UNREAD, 0)
-        )
-        with self._lock:
-            known = self._known.get(key)
-            if known is not None and known[0] > revision:
-                return
-            if known is not None:
-                self._known_bytes -= known[2]
-            self._known[key] = entry
-            self._known_bytes += entry[2]
-            self._known.move_to_end(key)
-            while len(self._known) > 256 or self._known_bytes > KNOWN_BYTES:
-                self._known_bytes -= self._known.popitem(last=False)[1][2]
+        if size > KNOWN_BYTES // 8:
+            layout, size = _UNREAD, 0
+        self._known.put(key, (revision, layout), size, unless=lambda known: known[0] > revision)
 
     def _forget(self, key: str) -> None:
-        with self._lock:
-            known = self._known.pop(key, None)
-            if known is not None:
-                self._known_bytes -= known[2]
-
-
-class _Pieces:
-    """Contents of pieces this layer wrote or read, newest used kept, at most ``limit``
-    bytes in all. Safe to keep: a piece never changes and its id is never reused, so a
-    remembered piece is what the backend holds (or held, before a commit replaced it)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._held: OrderedDict[str, bytes] = OrderedDict()
-        self._size = 0
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> bytes | None:
-        with self._lock:
-            content = self._held.get(key)
-            if content is not None:
-                self._held.move_to_end(key)
-            return content
-
-    def put(self, key: str, content: bytes) -> None:
-        if len(content) > self.limit // 4:
-            return  # one piece must not push out everything else
-        with self._lock:
-            if key in self._held:
-                return
-            self._held[key] = content
-            self._size += len(content)
-            while self._size > self.limit:
-                self._size -= len(self._held.popitem(last=False)[1])
-
-    def pop(self, key: str) -> None:
-        with self._lock:
-            content = self._held.pop(key, None)
-            if content is not None:
-                self._size -= len(content)
+        self._known.pop(key)
 
 
 def _piece_summary(piece_key: str, key: str, size: int) -> Summary:

@@ -343,18 +343,22 @@ def test_the_layouts_a_store_remembers_hold_a_bounded_amount_of_history(
     monkeypatch.setattr(segments, "KNOWN_BYTES", 64 * 1024)
     backend = LoadCounting()
     store = _store(backend, inline_bytes=None)  # whole writes keep their history inline
+    medium = tuple(Message("user", f"message {i} " * 40) for i in range(10))  # ~4.5 KB each
+    for i in range(20):  # ~90 KB in all: over the 64 KB budget
+        store.put(RunCheckpoint.new("m", medium, run_id="r"), key=f"k{i}")
+    edited = RunCheckpoint.new("m", (Message("user", "edited"),), run_id="r")
+    backend.loads.clear()
+    store.put(edited, key="k19")  # recently written: its layout remembered, nothing read
+    assert backend.loads == []
+    store.put(edited, key="k0")  # pushed out by the budget: read to learn what it replaces
+    assert backend.loads == ["k0"]
     long = tuple(Message("user", f"message {i} " * 50) for i in range(40))  # ~25 KB > 64 KB / 8
-    for i in range(20):
-        store.put(_grow(5)[-1], key=f"short{i}")
-    for i in range(10):
-        store.put(RunCheckpoint.new("m", long, run_id="r"), key=f"long{i}")
-    layer = store._records
-    assert isinstance(layer, Segmented) and 0 < layer._known_bytes <= 64 * 1024
+    store.put(RunCheckpoint.new("m", long, run_id="r"), key="long")
     backend.loads.clear()
     longer = (*long, Message("assistant", "one more"))
-    store.put(RunCheckpoint.new("m", longer, run_id="r"), key="long9")
-    assert backend.loads == ["long9"]  # too long to remember: read again to append
-    assert store.get("long9").history == longer  # type: ignore[union-attr]
+    store.put(RunCheckpoint.new("m", longer, run_id="r"), key="long")
+    assert backend.loads == ["long"]  # too long to remember: read again to append
+    assert store.get("long").history == longer  # type: ignore[union-attr]
 
 
 def test_reads_never_see_a_torn_history_while_pieces_merge() -> None:
