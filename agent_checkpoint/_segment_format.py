@@ -66,10 +66,16 @@ def merge_start(sizes: Sequence[int], limit: int) -> int:
     return start
 
 
-def assemble(head: bytes, segments: list[bytes]) -> bytes:
-    """The record's bytes: the head with the non-empty segments joined into its gap."""
+def assemble(head: bytes, segments: Iterable[bytes]) -> bytes:
+    """The record's bytes: the head with the non-empty segments joined into its gap, copied
+    once (a history may be megabytes)."""
     before, _, after = head.partition(GAP)
-    return before + merge(segments) + after
+    parts: list[bytes] = [before]
+    for segment in segments:
+        if segment:
+            parts += (b",", segment) if len(parts) > 1 else (segment,)
+    parts.append(after)
+    return b"".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +116,5 @@ class Layout:
         return Layout(pieces, head, body[start + cut :], digest)
 
     def assemble(self, contents: Iterable[bytes]) -> bytes:
-        """The record's bytes, copied once: the head with the history content in its gap."""
-        before, _, after = self.head.partition(GAP)
-        parts: list[bytes] = [before]
-        for content in (*contents, self.inline):
-            if content:
-                parts += (b",", content) if len(parts) > 1 else (content,)
-        parts.append(after)
-        return b"".join(parts)
+        """The record's bytes: the pieces' ``contents``, then the inline content."""
+        return assemble(self.head, (*contents, self.inline))

@@ -177,9 +177,9 @@ class RedisBackend(Closable):
     def load(self, key: str) -> Record | None:
         with self._errors("load"):
             row: list[Any] = self._client.hmget(self._record_key(key), LOADED)
-        if row[0] is None and row[1] is None and row[-1] is not None:  # its body stored apart
+        if _apart(row):
             with self._errors("load"):
-                body = self._client.get(f"{self._base}b:{int(row[-1])}:{key}")
+                body = self._client.get(self._body_key(key, row))
             if body is None:  # replaced since the hash was read
                 return self.load_many([key])[0]
             row = [body, *row[1:]]
@@ -197,11 +197,11 @@ class RedisBackend(Closable):
                 for i in wanted:
                     pipe.hmget(self._record_key(keys[i]), LOADED)
                 rows = dict(zip(wanted, pipe.execute(), strict=True))
-                apart = [i for i, r in rows.items() if r[0] is r[1] is None and r[-1] is not None]
+                apart = [i for i, row in rows.items() if _apart(row)]
                 if apart:
                     pipe = self._client.pipeline(transaction=False)
                     for i in apart:
-                        pipe.get(f"{self._base}b:{int(rows[i][-1])}:{keys[i]}")
+                        pipe.get(self._body_key(keys[i], rows[i]))
                     for i, body in zip(apart, pipe.execute(), strict=True):
                         rows[i] = [body, *rows[i][1:]]
             wanted = [i for i in apart if rows[i][0] is None]
@@ -384,6 +384,10 @@ class RedisBackend(Closable):
     def _record_key(self, key: str) -> str:
         return self._base + "r:" + key
 
+    def _body_key(self, key: str, row: list[Any]) -> str:
+        """Where the body of the record ``row`` was read from is stored apart (``WRITE``)."""
+        return f"{self._base}b:{int(row[-1])}:{key}"
+
     def _keys(self, key: str) -> list[str]:
         """A record's keys: its hash and the segment list of version 0.4."""
         return [self._base + "r:" + key, self._base + "s:" + key]
@@ -466,3 +470,9 @@ class RedisBackend(Closable):
         position, column, wanted = page_filter(self._base, index)
         reply = self._page([index], [self._base, low, high, count, position, column, wanted])
         return reply[0], int(reply[1]), reply[2:]
+
+
+def _apart(row: list[Any]) -> bool:
+    """Whether a record read (``LOADED``) has its body stored apart: a live record (it has a
+    revision) with neither a ``body`` field nor a 0.4 ``head``."""
+    return row[0] is None and row[1] is None and row[-1] is not None
