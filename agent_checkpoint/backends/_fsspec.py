@@ -149,8 +149,9 @@ class FsspecBackend(Closable):
             live = fields is not None and not is_grave(fields)
             current = self._layout.current(fields, name, "drop") if fields and live else None
             found = current.summary.revision if current is not None else None
-            if not plan_drop(key, found, expect_revision) or fields is None or found is None:
+            if not plan_drop(key, found, expect_revision):
                 return False
+            assert fields is not None and found is not None  # a live record was found
             grave = grave_fields(found, secrets.token_hex(8))
             with self._translate("drop"):
                 self._pipe({self._records + name: orjson.dumps(grave) + b"\n"})

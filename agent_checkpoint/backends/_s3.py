@@ -186,8 +186,9 @@ class S3Backend:
                 # a memory may be stale: only what is stored may refuse a drop
                 current, verified = self._records.header(name, "drop"), True
                 continue
-            if not plan_drop(key, found, expect_revision) or current is None or found is None:
+            if not plan_drop(key, found, expect_revision):
                 return False
+            assert current is not None and found is not None  # a live record was found
             if self._bury(name, found, current):
                 return True
             current, verified = self._records.header(name, "drop"), True
