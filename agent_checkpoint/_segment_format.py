@@ -9,7 +9,10 @@ newest history content kept *inline*::
     \\0ACS1\\n{"s":[["<id>",<size>],...],"d":"<digest>","h":<head length>}\\n<head><inline>
 
 Older history content lives in *pieces*: immutable records in the backend's ``segments``
-namespace under ``<key>#<id>``. The assembled bytes are the head with the pieces' contents and
+namespace under ``<key>#<id>``. Pieces written one after another and never merged form a
+*run*, named ``<run>.0``, ``<run>.1``, ...: the manifest then says ``"r":["<run>",<count>]``
+instead of listing them (``"s"``), so it stays a few bytes however long the history grows (a
+reader before this form finds no ``"s"`` and reports the record unreadable, never wrong). The assembled bytes are the head with the pieces' contents and
 then the inline content joined into its gap, byte for byte what a full write stores.
 """
 
@@ -81,18 +84,36 @@ def assemble(head: bytes, segments: Iterable[bytes]) -> bytes:
 @dataclass(frozen=True, slots=True)
 class Layout:
     """A layout record's parts: ``pieces`` as ``(id, size)`` oldest first, ``head`` with one
-    ``GAP``, ``inline`` the newest history content, ``digest`` the chain over the history."""
+    ``GAP``, ``inline`` the newest history content, ``digest`` the chain over the history;
+    ``run``, when not empty, says the pieces are ``<run>.0`` to ``<run>.<count - 1>``, stored
+    without their sizes (0 here)."""
 
     pieces: tuple[tuple[str, int], ...]
     head: bytes
     inline: bytes
     digest: str
+    run: str = ""
 
     def pack(self) -> bytes:
-        manifest = orjson.dumps(
-            {"s": [list(p) for p in self.pieces], "d": self.digest, "h": len(self.head)}
+        listed: dict[str, object] = (
+            {"r": [self.run, len(self.pieces)]}
+            if self.run
+            else {"s": [list(p) for p in self.pieces]}
         )
+        manifest = orjson.dumps({**listed, "d": self.digest, "h": len(self.head)})
         return b"".join((MAGIC, manifest, b"\n", self.head, self.inline))
+
+    def grown(self, keep: int, size: int, *, fresh: str, as_run: bool) -> tuple[Layout, str]:
+        """This layout with its pieces from ``keep`` on and its inline content merged into one
+        new piece of ``size`` bytes (the caller writes it), and that piece's id. ``as_run``:
+        the next piece of the run, or the first of a new run ``fresh`` names when no piece is
+        kept; otherwise (or when kept pieces are not a whole run) the piece ``fresh``."""
+        kept = self.pieces[:keep]
+        if not as_run or (kept and not (self.run and keep == len(self.pieces))):
+            return Layout((*kept, (fresh, size)), self.head, b"", self.digest), fresh
+        run = self.run if kept else fresh
+        piece = f"{run}.{keep}"
+        return Layout((*kept, (piece, size)), self.head, b"", self.digest, run), piece
 
     @staticmethod
     def unpack(body: bytes) -> Layout | None:
@@ -105,15 +126,19 @@ class Layout:
             return None
         try:
             manifest = orjson.loads(body[len(MAGIC) : end])
-            pieces = tuple((str(i), int(n)) for i, n in manifest["s"])
+            if "r" in manifest:
+                run, count = str(manifest["r"][0]), int(manifest["r"][1])
+                pieces = tuple((f"{run}.{i}", 0) for i in range(count))
+            else:
+                run, pieces = "", tuple((str(i), int(n)) for i, n in manifest["s"])
             start, cut = end + 1, int(manifest["h"])
             digest = str(manifest["d"])
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError):
             return None
         head = body[start : start + cut]  # sliced once each: the inline part may be megabytes
         if not 0 <= cut <= len(body) - start or head.count(GAP) != 1:
             return None
-        return Layout(pieces, head, body[start + cut :], digest)
+        return Layout(pieces, head, body[start + cut :], digest, run)
 
     def assemble(self, contents: Iterable[bytes]) -> bytes:
         """The record's bytes: the pieces' ``contents``, then the inline content."""

@@ -66,6 +66,13 @@ less than a piece: one more round trip per read)."""
 KNOWN_BYTES = 16 * 1024 * 1024
 """Inline history the layouts a store remembers may hold in all (``Segmented._remember``)."""
 
+MAX_PIECES = 16
+"""Pieces a record holds before new ones are merged, unless the backend declares its own
+``segment_max_pieces`` (one that reads many records in one round trip: ``Batched``). Each
+piece past it merges the newest run of pieces (``merge_start``); a backend that declares its
+own count has its pieces written as a run, merged whole when it fills: an O(1) manifest, and
+no merged piece rewritten (a dead row version, on PostgreSQL) on the way."""
+
 _UNREAD = Layout((), b"", b"", "")  # remembered as existing, its layout too long to keep
 
 PIECE_CACHE_BYTES = 16 * 1024 * 1024
@@ -91,7 +98,7 @@ class Segmented(Closable):
     its ``segments`` namespace (see the module docstring). Everything else passes through."""
 
     def __init__(
-        self, inner: Any, *, inline_bytes: int | None = None, max_segments: int = 16
+        self, inner: Any, *, inline_bytes: int | None = None, max_segments: int | None = None
     ) -> None:
         self.inner: Backend = inner
         self.name = inner.name
@@ -102,7 +109,12 @@ class Segmented(Closable):
         # (appends rewrite the inline content each time; a whole write does once). An
         # explicit ``inline_bytes`` holds for both (the tests make whole writes spill so).
         self.whole_inline_bytes = inline_bytes if inline_bytes is not None else sys.maxsize
-        self.max_segments = max_segments
+        # Pieces a record holds before they are merged: a read costs one round trip a piece,
+        # unless the backend reads many in one (``Batched``) and says how many. Its pieces
+        # are then a run (``Layout.grown``), which is merged whole when it reaches that count.
+        declared_pieces = getattr(inner, "segment_max_pieces", None)
+        self.runs = declared_pieces is not None
+        self.max_segments: int = max_segments or declared_pieces or MAX_PIECES
         self.create_first: bool = getattr(inner, "segment_create_first", True)
         self._pieces: Backend | None = None
         self._keeper: Expiring | None = None  # the pieces' backend, where pieces expire
@@ -245,7 +257,7 @@ class Segmented(Closable):
         if base is None or base.digest != base_digest:
             return None
         inline = merge([base.inline, split.segment])
-        layout = Layout(base.pieces, split.head, inline, split.digest)
+        layout = Layout(base.pieces, split.head, inline, split.digest, base.run)
         try:
             return self._commit(
                 Record(summary, b""), layout, base, base_revision, False, self.inline_bytes
@@ -284,7 +296,9 @@ class Segmented(Closable):
                 self._drop_pieces(key, ((written, 0),))
             raise
         except BaseException:
-            self._forget(key)  # the save may have landed: its piece must stay
+            self._forget(key)  # the save may have landed: its piece must stay, but its name
+            if written is not None:  # may be written again if it did not: not remembered
+                self._contents.pop(f"{key}#{written}")
             raise
         self._remember(key, summary.revision, layout)
         kept = {piece for piece, _ in layout.pieces}
@@ -292,25 +306,27 @@ class Segmented(Closable):
         return summary
 
     def _spill(self, key: str, layout: Layout) -> tuple[Layout, str]:
-        """``layout`` with its inline content moved into a new piece, merged with the newest
-        run of pieces when the record would otherwise hold more than ``max_segments``."""
+        """``layout`` with its inline content moved into a new piece. When the record would
+        otherwise hold more than ``max_segments``, the new piece merges the newest run of
+        pieces with it (``merge_start``) or, where pieces form a run, all of them."""
         pieces = layout.pieces
         start = len(pieces)
-        if start + 1 > self.max_segments:
-            start = merge_start([size for _, size in pieces], self.max_segments)
+        if self.runs and pieces and not layout.run:
+            start = 0  # listed pieces (an older write) become a run, once
+        elif start + 1 > self.max_segments:
+            start = 0 if self.runs else merge_start([n for _, n in pieces], self.max_segments)
         merged = self._read_pieces(key, [piece for piece, _ in pieces[start:]])
         if any(content is None for content in merged):
             raise ConflictError(f"record {key!r} changed while it was written", key=key)
         content = merge([*(c for c in merged if c is not None), layout.inline])
-        piece = os.urandom(8).hex()
+        fresh = os.urandom(8).hex()
+        layout, piece = layout.grown(start, len(content), fresh=fresh, as_run=self.runs)
         self._pieces_backend().save(
             Record(_piece_summary(f"{key}#{piece}", key, len(content)), content),
             create_only=True,
         )
         self._contents.put(f"{key}#{piece}", content, len(content))
-        return Layout(
-            (*pieces[:start], (piece, len(content))), layout.head, b"", layout.digest
-        ), piece
+        return layout, piece
 
     # -- pieces --------------------------------------------------------------------------
 

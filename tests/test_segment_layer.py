@@ -407,3 +407,103 @@ def test_a_store_on_a_segmented_backend_sets_up_the_backend_under_it() -> None:
     backend = NeedsSetup()
     _store(backend).setup()
     assert backend.ready
+
+
+class InRuns(MemoryBackend):
+    """A memory backend that declares how many pieces it reads at once, as PostgreSQL does:
+    the layer writes its pieces as a run and merges them whole when the run fills."""
+
+    segment_max_pieces = 4
+
+    def namespace(self, name: str) -> MemoryBackend:
+        with self._lock:
+            return self._namespaces.setdefault(name, InRuns())
+
+
+class TestSegmentLayerInRuns(TestSegmentLayer):
+    @pytest.fixture
+    def store(self) -> Iterator[Store]:
+        with Store(Segmented(InRuns(), inline_bytes=0)) as store:
+            yield store
+
+
+def _manifest(backend: MemoryBackend, key: str) -> bytes:
+    record = backend.load(key)
+    assert record is not None and record.body.startswith(MAGIC)
+    return record.body[len(MAGIC) : record.body.index(b"\n", len(MAGIC))]
+
+
+def test_pieces_in_a_run_keep_the_manifest_a_few_bytes_however_long_the_history() -> None:
+    backend = InRuns()
+    store = Store(Segmented(backend, inline_bytes=0, max_segments=1_000))
+    checkpoints = _grow(200)
+    sizes = set()
+    for ckpt in checkpoints:
+        store.put(ckpt, key="k")
+        sizes.add(len(_manifest(backend, "k")))
+    assert max(sizes) < 120  # a listed manifest of 200 pieces would be ~6 KB
+    layout = Layout.unpack(backend.load("k").body)  # type: ignore[union-attr]
+    assert layout is not None and layout.run and len(layout.pieces) == 200
+    assert [p for p, _ in layout.pieces] == [f"{layout.run}.{i}" for i in range(200)]
+    assert sorted(_pieces(backend)) == sorted(f"k#{p}" for p, _ in layout.pieces)
+    reader = Store(Segmented(backend, inline_bytes=0, max_segments=1_000))
+    assert reader.get("k").history == checkpoints[-1].history  # type: ignore[union-attr]
+
+
+def test_a_full_run_is_merged_whole_into_a_new_run_and_its_pieces_dropped() -> None:
+    backend = InRuns()
+    store = _store(backend, max_segments=3)
+    runs = []
+    for ckpt in _grow(12):
+        store.put(ckpt, key="k")
+        layout = Layout.unpack(backend.load("k").body)  # type: ignore[union-attr]
+        assert layout is not None and 1 <= len(layout.pieces) <= 3
+        assert sorted(_pieces(backend)) == sorted(f"k#{p}" for p, _ in layout.pieces)
+        runs.append(layout.run)
+    assert len(set(runs)) > 2  # each merge started a run of its own
+    assert _store(backend).get("k").history == ckpt.history  # type: ignore[union-attr]
+
+
+def test_pieces_an_older_layer_listed_become_a_run_at_the_next_piece() -> None:
+    backend = InRuns()
+    checkpoints = _grow(8)
+    listed = Store(Segmented(backend, inline_bytes=0, max_segments=16))
+    listed.backend.runs = False  # type: ignore[attr-defined]
+    for ckpt in checkpoints[:5]:
+        listed.put(ckpt, key="k")
+    assert b'"s":' in _manifest(backend, "k")
+    store = _store(backend, max_segments=16)
+    assert store.get("k").history == checkpoints[4].history  # type: ignore[union-attr]
+    for ckpt in checkpoints[5:]:
+        store.put(ckpt, key="k")
+    layout = Layout.unpack(backend.load("k").body)  # type: ignore[union-attr]
+    assert layout is not None and layout.run and len(layout.pieces) == 3
+    assert sorted(_pieces(backend)) == sorted(f"k#{p}" for p, _ in layout.pieces)
+    assert _store(backend).get("k").history == checkpoints[-1].history  # type: ignore[union-attr]
+
+
+def test_two_writers_extending_one_run_never_share_a_piece() -> None:
+    backend = InRuns()
+    a, b = _store(backend, max_segments=100), _store(backend, max_segments=100)
+    base = _grow(6)
+    a.put(base[4], key="k")
+    assert b.get("k") is not None  # both now extend the same layout
+    mine = RunCheckpoint.new("m", (*base[4].history, Message("user", "from a")), run_id="r")
+    theirs = RunCheckpoint.new("m", (*base[4].history, Message("user", "from b")), run_id="r")
+    a.put(mine, key="k")  # writes the run's next piece and commits it
+    b.put(theirs, key="k")  # the same next piece exists: b writes whole, replacing a's
+    for reader in (a, b, _store(backend)):
+        assert reader.get("k") == theirs
+    # b replaced the layout it remembered: a's piece is left for collect_orphans, as any
+    # write that states no revision leaves the pieces of a layout it did not see
+    segmented = b.backend
+    assert isinstance(segmented, Segmented)
+    assert segmented.collect_orphans(delete=True, grace=-1) == 1
+    assert sorted(_pieces(backend)) == sorted(f"k#{p}" for p in _layout_pieces(backend, "k"))
+
+
+def test_reads_never_see_a_torn_history_while_a_run_is_merged() -> None:
+    backend = InRuns()
+    writer = _store(backend, max_segments=2)
+    reader = _store(backend, max_segments=2)
+    assert read_while_growing(writer, reader, n=60) > 1
