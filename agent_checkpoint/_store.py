@@ -546,10 +546,26 @@ def open_store(
     ``backend_options`` go to the backend (``prefix=``, ``schema=``, a ready ``client=``...).
     """
     url = url or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
-    codec = Codec(migrations or DEFAULT_MIGRATIONS, Sealer(keyring=keyring, compress=compress))
-    return Store(
-        open_backend(url, create=create, **backend_options),
-        codec=codec,
-        retry=retry,
-        max_record_bytes=max_record_bytes,
+    backend = open_backend(url, create=create, **backend_options)
+    return store_on(
+        backend,
+        retry,
+        max_record_bytes,
+        keyring=keyring,
+        compress=compress,
+        migrations=migrations,
     )
+
+
+def store_on(
+    backend: Backend,
+    retry: RetryPolicy | None,
+    max_record_bytes: int | None,
+    *,
+    keyring: Keyring | None,
+    compress: Compression | None,
+    migrations: Migrations | None,
+) -> Store:
+    """The ``Store`` ``open_store`` (and ``open_async_store``) make on ``backend``."""
+    codec = Codec(migrations or DEFAULT_MIGRATIONS, Sealer(keyring=keyring, compress=compress))
+    return Store(backend, codec=codec, retry=retry, max_record_bytes=max_record_bytes)

@@ -19,6 +19,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from ._bridge import pause
 from .backends._base import Summary
 from .errors import BackendUnavailableError, InvalidArgumentError, InvalidKeyError
 
@@ -60,6 +61,7 @@ class RetryPolicy:
             wait=wait_random_exponential(multiplier=self.initial, max=self.maximum),
             retry=retry_if_exception_type(BackendUnavailableError),
             reraise=True,
+            sleep=pause,  # on the event loop's clock under AsyncStore
         )
 
 

@@ -28,8 +28,9 @@ import psycopg
 from psycopg import sql
 from psycopg.errors import TransactionRollback, UndefinedColumn, UndefinedTable
 from psycopg.rows import TupleRow
-from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
+from .._bridge import await_only, bridged
 from .._codec import join_parts
 from ..errors import (
     ConflictError,
@@ -49,6 +50,7 @@ from ._base import (
 )
 from ._postgres_connections import (
     DEFAULT_READ_TIMEOUT,
+    AsyncPool,
     CannotConnectError,
     TimedConnection,
     make_pool,
@@ -131,13 +133,15 @@ class PostgresBackend(Closable):
         max_size: int | None = None,
         pool_timeout: float | None = None,
         read_timeout: float | None = None,
-        client: ConnectionPool[Any] | None = None,
+        client: ConnectionPool[Any] | AsyncConnectionPool[Any] | None = None,
+        asynchronous: bool = False,
     ) -> PostgresBackend:
         """``postgresql://user@host:port/db?schema=..&table=..&min_size=..&max_size=..``
         ``&pool_timeout=..&read_timeout=..``; other query parameters go to libpq. Keywords
         override the URL. ``read_timeout`` (seconds, ``DEFAULT_READ_TIMEOUT`` unless given;
         ``0``: no limit) bounds each wait for the server's reply. With a ready pool
-        (``client=``, which you own and close), the URL gives only ``schema`` and ``table``."""
+        (``client=``, which you own and close), the URL gives only ``schema`` and ``table``.
+        ``asynchronous``: see ``from_url_async``."""
         if client is None:
             conninfo, ours = split_url(url)
         else:
@@ -156,7 +160,8 @@ class PostgresBackend(Closable):
                     f"postgres options {', '.join(sorted(extra))} configure a connection or "
                     "pool this store makes, but client= passes a pool in: set them on that pool"
                 )
-            return cls(client, schema=schema, table=table)
+            pool: Any = AsyncPool(client) if isinstance(client, AsyncConnectionPool) else client
+            return cls(pool, schema=schema, table=table)
 
         def option(name: str, given: object, default: object) -> object:
             return given if given is not None else ours.get(name, default)
@@ -171,8 +176,16 @@ class PostgresBackend(Closable):
             max_size=max_conns,
             pool_timeout=number(NAME, "pool_timeout", wait, positive=True),
             read_timeout=number(NAME, "read_timeout", timeout) or None,
+            asynchronous=asynchronous,
         )
+        pool = AsyncPool(pool) if asynchronous else pool
         return cls(pool, schema=schema, table=table, owns_pool=True)
+
+    @classmethod
+    def from_url_async(cls, url: str, **options: Any) -> PostgresBackend:
+        """The backend an ``AsyncStore`` runs: ``from_url``'s, on psycopg's
+        ``AsyncConnectionPool`` (``client=``: one of yours), awaited on the store's loop."""
+        return cls.from_url(url, asynchronous=True, **options)
 
     # -- schema --------------------------------------------------------------------------
 
@@ -262,21 +275,23 @@ class PostgresBackend(Closable):
     # -- lifecycle -----------------------------------------------------------------------
 
     def namespace(self, name: str) -> PostgresBackend:
-        with self._siblings_lock:
-            sibling = self._siblings.get(name)
-            if sibling is None:
-                # Same pool, its own table (created here: setup() is idempotent and cheap),
-                # named with a "$" that the table of a store cannot hold, so that no store's
-                # table is ever another store's namespace.
-                sibling = PostgresBackend(
-                    self.pool,
-                    schema=self.schema,
-                    table=_namespace_table(self.table, name),
-                    _namespace=True,
-                )
-                sibling.setup()
-                self._siblings[name] = sibling
-            return sibling
+        sibling = self._siblings.get(name)
+        if sibling is None:
+            # Same pool, its own table (created here: setup() is idempotent and cheap), named
+            # with a "$" that the table of a store cannot hold, so that no store's table is
+            # ever another store's namespace. No lock held across the setup: two first uses
+            # both set up (the migration ledger makes that safe), and under AsyncStore a
+            # task waiting on a lock would stop the event loop.
+            sibling = PostgresBackend(
+                self.pool,
+                schema=self.schema,
+                table=_namespace_table(self.table, name),
+                _namespace=True,
+            )
+            sibling.setup()
+            with self._siblings_lock:
+                sibling = self._siblings.setdefault(name, sibling)
+        return sibling
 
     def namespace_exists(self, name: str) -> bool:
         """Whether ``namespace(name)`` has made its table (opening it does), without making
@@ -299,8 +314,12 @@ class PostgresBackend(Closable):
         conninfo, kwargs = self.pool.conninfo, self.pool.kwargs
         if callable(conninfo) or callable(kwargs):
             return ""
+        direct = {**(kwargs or {}), "connect_timeout": 2}
         try:
-            psycopg.connect(conninfo, **{**(kwargs or {}), "connect_timeout": 2}).close()
+            if bridged():  # on the loop of an AsyncStore: never block it
+                await_only(await_only(psycopg.AsyncConnection.connect(conninfo, **direct)).close())
+            else:
+                psycopg.connect(conninfo, **direct).close()
         except psycopg.Error as exc:
             return f"; connecting directly failed: {' '.join(str(exc).split())}"
         return ""

@@ -24,12 +24,16 @@ import psycopg
 from psycopg.abc import PQGen
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from .._bridge import Awaiting, await_only
 from ..errors import BackendError, InvalidKeyError, StoreError, StoreNotFoundError
 
 __all__ = [
     "DEFAULT_READ_TIMEOUT",
+    "AsyncCheckedPool",
+    "AsyncPool",
+    "AsyncTimedConnection",
     "CannotConnectError",
     "CheckedPool",
     "ReadTimeoutError",
@@ -76,10 +80,7 @@ class TimedConnection(psycopg.Connection[TupleRow]):
             if time.monotonic() - started < limit:
                 raise
             self._abandon()
-            raise ReadTimeoutError(
-                f"no reply from the server within {limit:g} s (read_timeout); the statement "
-                "was cancelled and the session closed"
-            ) from exc
+            raise _timed_out(limit) from exc
 
     def _abandon(self) -> None:
         """Cancel what the session was running (a statement queued on a lock would otherwise
@@ -91,6 +92,43 @@ class TimedConnection(psycopg.Connection[TupleRow]):
             pass  # unreachable server: closing is all that is left
         finally:
             self.close()
+
+
+class AsyncTimedConnection(psycopg.AsyncConnection[TupleRow]):
+    """``TimedConnection`` for psycopg's asyncio API (``AsyncStore``): the same bound."""
+
+    read_timeout: float | None = None
+
+    async def wait(
+        self,
+        gen: PQGen[RV],
+        interval: float = 0.1,
+        timeout: float | None = None,
+    ) -> RV:
+        limit = self.read_timeout if timeout is None else timeout
+        if limit is None or timeout is not None:
+            return await super().wait(gen, interval, timeout)
+        started = time.monotonic()
+        try:
+            return await super().wait(gen, interval, limit)
+        except psycopg.OperationalError as exc:
+            if time.monotonic() - started < limit:
+                raise
+            try:
+                if psycopg.capabilities.has_cancel_safe():
+                    await self.cancel_safe(timeout=_CANCEL_WAIT)
+            except psycopg.Error:
+                pass
+            finally:
+                await self.close()
+            raise _timed_out(limit) from exc
+
+
+def _timed_out(limit: float) -> ReadTimeoutError:
+    return ReadTimeoutError(
+        f"no reply from the server within {limit:g} s (read_timeout); the statement "
+        "was cancelled and the session closed"
+    )
 
 
 @contextmanager
@@ -156,10 +194,7 @@ class CheckedPool(ConnectionPool[TimedConnection]):
         try:
             conn = super()._connect(timeout)
         except psycopg.OperationalError as exc:
-            text = str(exc)
-            if _REFUSED_FOR_GOOD.search(text) or (
-                not self.connected and _NOTHING_THERE.search(text)
-            ):
+            if _for_good(exc, self.connected):
                 self.refused = CannotConnectError(exc)
                 self._fail_waiting(self.refused)
             raise
@@ -177,6 +212,38 @@ class CheckedPool(ConnectionPool[TimedConnection]):
         if self.refused is not None:
             raise self.refused
         return super().getconn(timeout)
+
+
+class AsyncCheckedPool(AsyncConnectionPool[AsyncTimedConnection]):
+    """``CheckedPool`` for psycopg's asyncio API (``AsyncStore``): the same checks."""
+
+    refused: CannotConnectError | None = None
+    connected: bool = False
+
+    async def _connect(self, timeout: float | None = None) -> AsyncTimedConnection:
+        try:
+            conn = await super()._connect(timeout)
+        except psycopg.OperationalError as exc:
+            if _for_good(exc, self.connected):
+                self.refused = CannotConnectError(exc)
+                async with self._lock:
+                    waiting = list(getattr(self, "_waiting", ()))
+                for client in waiting:
+                    await client.fail(self.refused)
+            raise
+        self.connected, self.refused = True, None
+        return conn
+
+    async def getconn(self, timeout: float | None = None) -> AsyncTimedConnection:
+        if self.refused is not None:
+            raise self.refused
+        return await super().getconn(timeout)
+
+
+def _for_good(exc: psycopg.OperationalError, connected: bool) -> bool:
+    """Whether a failed connection attempt is one retrying cannot fix (``CheckedPool``)."""
+    text = str(exc)
+    return bool(_REFUSED_FOR_GOOD.search(text) or (not connected and _NOTHING_THERE.search(text)))
 
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
@@ -210,28 +277,71 @@ def make_pool(
     max_size: int,
     pool_timeout: float,
     read_timeout: float | None,
-) -> CheckedPool:
+    asynchronous: bool = False,
+) -> Any:
     """An opening pool of ``TimedConnection`` sessions in autocommit (a single-statement read
-    is one round trip; writes open explicit transactions)."""
+    is one round trip; writes open explicit transactions). ``asynchronous``: an
+    ``AsyncCheckedPool`` of ``AsyncTimedConnection``, opened by its first use on the loop."""
 
-    def configure(conn: TimedConnection) -> None:
+    def configure(conn: TimedConnection | AsyncTimedConnection) -> None:
         conn.read_timeout = read_timeout
 
+    async def configure_async(conn: AsyncTimedConnection) -> None:
+        configure(conn)
+
+    async def check_async(conn: AsyncTimedConnection) -> None:
+        if conn.closed:
+            raise psycopg.OperationalError("the connection is closed")
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        if readable:
+            await AsyncConnectionPool.check_connection(conn)
+
+    options: dict[str, Any] = {
+        "kwargs": {"autocommit": True},
+        "min_size": min_size,
+        "max_size": max(max_size, min_size),
+        # Bounds the wait for a healthy connection; the Store's retry policy governs the rest.
+        "timeout": pool_timeout,
+        "open": False,
+        "name": "agent-checkpoint",
+    }
+    if asynchronous:
+        return AsyncCheckedPool(
+            conninfo,
+            connection_class=AsyncTimedConnection,
+            configure=configure_async,
+            check=check_async,
+            **options,
+        )
     pool = CheckedPool(
         conninfo,
         connection_class=TimedConnection,
-        kwargs={"autocommit": True},
-        min_size=min_size,
-        max_size=max(max_size, min_size),
-        # Bounds the wait for a healthy connection; the Store's retry policy governs the rest.
-        timeout=pool_timeout,
         configure=configure,
         check=check_connection,
-        open=False,
-        name="agent-checkpoint",
+        **options,
     )
     pool.open(wait=False)
     return pool
+
+
+class AsyncPool(Awaiting):
+    """An ``AsyncCheckedPool`` with the synchronous pool's face, for a backend that
+    ``AsyncStore`` runs (``_bridge.py``): it opens on its first use, on the store's loop, and
+    its connections, cursors and transactions are awaited there."""
+
+    __slots__ = ("_opened",)
+
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        super().__init__(pool, (psycopg.AsyncCursor, psycopg.AsyncTransaction))
+        object.__setattr__(self, "_opened", False)
+
+    @contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[Any]:
+        if not self._opened:
+            object.__setattr__(self, "_opened", True)
+            await_only(self.target.open(wait=False))
+        with Awaiting(self.target.connection(timeout)) as conn:
+            yield Awaiting(conn, self._wrap)
 
 
 def check_connection(conn: Any) -> None:

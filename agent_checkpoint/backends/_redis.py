@@ -76,6 +76,7 @@ from ._redis_connect import (
     DEFAULT_WAIT_TIMEOUT,
     FATAL,
     TRANSIENT,
+    AsyncClient,
     Client,
     connect,
     refresh_topology,
@@ -165,6 +166,23 @@ class RedisBackend(Closable):
         made, ours = connect(url, options, default_prefix=DEFAULT_PREFIX, client=client)
         return cls(
             made,
+            prefix=ours.prefix,
+            ttl=ours.ttl,
+            wait_replicas=ours.wait_replicas,
+            wait_timeout=ours.wait_timeout,
+            owns_client=client is None,
+        )
+
+    @classmethod
+    def from_url_async(cls, url: str, *, client: Any = None, **options: Any) -> RedisBackend:
+        """The backend an ``AsyncStore`` runs on ``url``'s server (or on a ready
+        ``redis.asyncio`` client you own and close): the same backend, its commands awaited
+        through ``redis.asyncio`` on the store's event loop."""
+        made, ours = connect(
+            url, options, default_prefix=DEFAULT_PREFIX, client=client, asynchronous=True
+        )
+        return cls(
+            AsyncClient(made),  # type: ignore[arg-type]
             prefix=ours.prefix,
             ttl=ours.ttl,
             wait_replicas=ours.wait_replicas,

@@ -13,9 +13,15 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
+import redis.asyncio
 from redis._parsers.encoders import Encoder
+from redis.asyncio.client import Pipeline as AsyncPipeline
+from redis.asyncio.cluster import ClusterPipeline as AsyncClusterPipeline
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.commands.core import AsyncScript
 from redis.connection import PythonRespSerializer
 from redis.exceptions import (
     AskError,
@@ -31,6 +37,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from .._bridge import Awaiting, await_only
 from ..errors import InvalidKeyError
 from ._base import translate_errors
 from ._url_options import flag, number, refuse_unknown, whole
@@ -39,6 +46,7 @@ __all__ = [
     "DEFAULT_WAIT_TIMEOUT",
     "FATAL",
     "TRANSIENT",
+    "AsyncClient",
     "Client",
     "StoreOptions",
     "connect",
@@ -85,12 +93,17 @@ class StoreOptions:
 
 
 def connect(
-    url: str, options: dict[str, Any], *, default_prefix: str, client: Client | None = None
-) -> tuple[Client, StoreOptions]:
+    url: str,
+    options: dict[str, Any],
+    *,
+    default_prefix: str,
+    client: Any = None,
+    asynchronous: bool = False,
+) -> tuple[Any, StoreOptions]:
     """A new client for ``url`` (``from_url`` owns it), and the store's own options, from the
     URL's query or ``options`` (which win). With a ready ``client``, the URL gives only the
     store's own options: connection options there would not reach the client, so they are
-    refused."""
+    refused. ``asynchronous``: a ``redis.asyncio`` client, with the same options."""
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     hint = (
@@ -125,23 +138,38 @@ def connect(
             "a longer wait for replicas would read as a lost connection"
         )
     # The Store's tenacity policy governs retries; redis-py's own would hide outages.
-    options.setdefault("retry", Retry(NoBackoff(), 0))
+    options.setdefault("retry", (AsyncRetry if asynchronous else Retry)(NoBackoff(), 0))
     options.setdefault("retry_on_error", [])
     options.setdefault("socket_connect_timeout", 5.0)
     options.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
     options["decode_responses"] = False
-    # hiredis parses replies fast, but its command packer copies every argument into one
-    # buffer: 2 ms for a 1.3 MB segment, which redis-py's own packer sends as it is.
-    options.setdefault(
-        "command_packer",
-        PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode),  # type: ignore[no-untyped-call]
-    )
+    if not asynchronous:
+        # hiredis parses replies fast, but its command packer copies every argument into one
+        # buffer: 2 ms for a 1.3 MB segment, which redis-py's own packer sends as it is.
+        options.setdefault(
+            "command_packer",
+            PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode),  # type: ignore[no-untyped-call]
+        )
     with translate_errors("redis", "connect", transient=TRANSIENT, fatal=FATAL):
         # A cluster client finds every node from this one; all of a store's keys share the
         # {prefix} hash tag, so each operation still goes to one node, in one round trip.
-        made = RedisCluster.from_url if cluster else redis.Redis.from_url
+        if asynchronous:
+            made: Any = AsyncRedisCluster.from_url if cluster else redis.asyncio.Redis.from_url
+        else:
+            made = RedisCluster.from_url if cluster else redis.Redis.from_url
         client = made(url, **options)
     return client, StoreOptions(prefix, seconds, replicas, wait)
+
+
+class AsyncClient(Awaiting):
+    """A ``redis.asyncio`` client with the synchronous client's face, for a backend that
+    ``AsyncStore`` runs (``_bridge.py``): each command is awaited on the store's event loop."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client, (AsyncPipeline, AsyncScript, AsyncClusterPipeline))
+
+    def close(self) -> None:
+        await_only(self.target.aclose())
 
 
 def _seconds(value: object) -> float | None:

@@ -30,29 +30,35 @@ class DurabilityCheck:
         self._lock = threading.Lock()
 
     def __call__(self) -> None:
-        if self.checked:
+        # Not a blocking lock: under ``AsyncStore`` tasks share one thread, and one that
+        # waited here for another asking the server would stop the event loop.
+        if self.checked or not self._lock.acquire(blocking=False):
             return
-        with self._lock:
-            if self.checked:
-                return
-            try:
-                appendonly, save = self._settings()
-            except ClusterDownError:
-                return  # a cluster between failovers: ask again on the next operation
-            except ResponseError:
-                self.checked = True  # CONFIG renamed or denied (managed Redis): cannot tell
-                return
-            except (RedisError, RedisClusterException):
-                return  # unreachable now: the operation itself will report it
-            self.checked = True
-            if appendonly == "no" and save == "":
-                warnings.warn(
-                    f"the Redis server behind store prefix {self._prefix!r} keeps no data on disk "
-                    "(appendonly no, save ''): a restart loses every checkpoint; enable AOF "
-                    "(appendonly yes)",
-                    VolatileRedisWarning,
-                    stacklevel=3,
-                )
+        try:
+            if not self.checked:
+                self._check()
+        finally:
+            self._lock.release()
+
+    def _check(self) -> None:
+        try:
+            appendonly, save = self._settings()
+        except ClusterDownError:
+            return  # a cluster between failovers: ask again on the next operation
+        except ResponseError:
+            self.checked = True  # CONFIG renamed or denied (managed Redis): cannot tell
+            return
+        except (RedisError, RedisClusterException):
+            return  # unreachable now: the operation itself will report it
+        self.checked = True
+        if appendonly == "no" and save == "":
+            warnings.warn(
+                f"the Redis server behind store prefix {self._prefix!r} keeps no data on disk "
+                "(appendonly no, save ''): a restart loses every checkpoint; enable AOF "
+                "(appendonly yes)",
+                VolatileRedisWarning,
+                stacklevel=4,
+            )
 
     def _settings(self) -> tuple[str | None, str | None]:
         """``appendonly`` and ``save`` of the server that holds the store's keys."""

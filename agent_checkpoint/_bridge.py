@@ -1,0 +1,172 @@
+"""Running the store's one implementation on an event loop: the bridge ``AsyncStore`` uses.
+
+The Store's logic (planning, encoding, the segment layer, conflict and retry rules) is written
+once, as plain functions that call a backend. ``AsyncStore`` runs that same code on the event
+loop, in a greenlet, as SQLAlchemy's asyncio extension runs its ORM: where the code reaches a
+backend whose driver is asyncio-native (``redis.asyncio``, psycopg's async pool), the driver's
+coroutine is handed to the loop (``await_only``) and the greenlet resumes with its result, so
+the loop serves other tasks meanwhile and nothing blocks it. A backend without an async driver
+(disk, memory, S3 on boto3, fsspec) runs the same code on a bounded thread pool of the store's
+own instead (``Threads``), never on the loop's default executor.
+
+Why not the two other ways of sharing one implementation: a sans-IO core (every backend call
+a ``yield`` that a sync and an async driver both serve) would turn the whole store, the segment
+layer and five backends inside out; and generating the sync code from async code (as httpcore
+does) keeps two copies of every module in the tree and in every traceback. Here there is one
+copy, and the async path is the sync path: the shared conformance suites prove both at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, ParamSpec, TypeVar
+
+from .errors import MissingDependencyError
+
+__all__ = ["Awaiting", "Bridge", "Threads", "await_only", "bridged", "pause"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _greenlet() -> Any:
+    try:
+        import greenlet  # type: ignore[import-untyped, unused-ignore]
+    except ImportError as exc:  # pragma: no cover - the extra's own check
+        raise MissingDependencyError(
+            "the async store needs the greenlet package: pip install 'localab-checkpoint[async]'"
+        ) from exc
+    return greenlet
+
+
+class _Task:
+    """Marks the greenlet a bridged call runs in (``Bridge.run``)."""
+
+
+def bridged() -> bool:
+    """Whether the caller runs inside ``Bridge.run`` (so may ``await_only``)."""
+    module = sys.modules.get("greenlet")
+    return module is not None and isinstance(getattr(module.getcurrent(), "bridge", None), _Task)
+
+
+def await_only(awaitable: Awaitable[T]) -> T:
+    """The result of ``awaitable``, awaited by the event loop that runs this bridged call; the
+    greenlet resumes when it is ready, and the loop runs other tasks meanwhile. Its exception
+    (a cancellation included) is raised here."""
+    greenlet = _greenlet()
+    current = greenlet.getcurrent()
+    if not isinstance(getattr(current, "bridge", None), _Task):
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()
+        raise RuntimeError(
+            "an async backend was called outside AsyncStore (use the backend through an "
+            "AsyncStore, or open a Store on the synchronous URL)"
+        )
+    result: T = current.parent.switch(awaitable)
+    return result
+
+
+def pause(seconds: float) -> None:
+    """Sleep: on the event loop's clock inside a bridged call (other tasks run meanwhile),
+    else as ``time.sleep``. The retry policy waits with it."""
+    if bridged():
+        await_only(asyncio.sleep(seconds))
+    else:
+        time.sleep(seconds)
+
+
+class Bridge:
+    """Runs the store's code in a greenlet on the running loop (see the module docstring)."""
+
+    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        greenlet = _greenlet()
+        child = greenlet.greenlet(fn)
+        child.bridge = _Task()
+        outcome = child.switch(*args, **kwargs)
+        while not child.dead:
+            try:
+                value = await outcome
+            except BaseException:  # a cancellation too: raised at the call that awaited
+                outcome = child.throw(*sys.exc_info())
+            else:
+                outcome = child.switch(value)
+        result: T = outcome
+        return result
+
+    def close(self) -> None:
+        return None
+
+
+class Threads:
+    """Runs the store's code on a bounded pool of threads of its own: for a backend whose
+    driver blocks (file I/O and fsync, boto3). A call waits for a free thread; the loop never
+    does."""
+
+    def __init__(self, workers: int) -> None:
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="agent-checkpoint")
+        self._closed = False
+
+    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        if self._closed:  # the store is closed too: it refuses before any I/O
+            return fn(*args, **kwargs)
+        call = functools.partial(fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    def close(self) -> None:
+        self._closed = True
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class Awaiting:
+    """The synchronous face of an asyncio driver object (a ``redis.asyncio`` client, its
+    pipelines and scripts): a method whose result is awaitable returns the awaited result
+    (``await_only``); a result that is another driver object (``wrap``) gets a face too."""
+
+    __slots__ = ("_target", "_wrap")
+
+    def __init__(self, target: Any, wrap: tuple[type, ...] = ()) -> None:
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_wrap", wrap)
+
+    @property
+    def target(self) -> Any:
+        """The driver object itself."""
+        return self._target
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        return self._face(value) if callable(value) else value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._target, name, value)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._face(self._target)(*args, **kwargs)
+
+    def __enter__(self) -> Any:
+        entered = await_only(self._target.__aenter__())
+        if entered is self._target:
+            return self
+        return Awaiting(entered, self._wrap) if isinstance(entered, self._wrap) else entered
+
+    def __exit__(self, *exc_info: Any) -> bool:
+        return bool(await_only(self._target.__aexit__(*exc_info)))
+
+    def _face(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = method(*args, **kwargs)
+            if result is self._target:
+                return self
+            if inspect.isawaitable(result):
+                result = await_only(result)
+            if isinstance(result, self._wrap) or hasattr(result, "__aenter__"):
+                return Awaiting(result, self._wrap)  # a context manager: ``with`` awaits it
+            return result
+
+        return call
