@@ -43,6 +43,10 @@ _CLAIM_FIELDS = frozenset(("key", "worker", "token", "expires_at", "lease", "fen
 DEFAULT_THREADS = 8
 """Threads an ``AsyncStore`` on a blocking backend (disk, memory, S3, fsspec) runs calls on."""
 
+DEFAULT_CONCURRENCY = 32
+"""Calls an ``AsyncStore`` on an asyncio driver runs at once, where its backend does not say
+how many connections it has (``max_connections``); the others wait their turn."""
+
 
 class _Runner(Protocol):
     async def run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R: ...
@@ -211,7 +215,8 @@ def open_async_store(
     native = _native(module, name, url, backend_options)
     runner: _Runner
     if native is not None:
-        backend, runner = native, Bridge()
+        limit = getattr(native, "max_connections", None) or DEFAULT_CONCURRENCY
+        backend, runner = native, Bridge(limit)
     else:
         backend, runner = open_backend(url, create=create, **backend_options), Threads(threads)
     store = store_on(

@@ -45,23 +45,28 @@ def _greenlet() -> Any:
     return greenlet
 
 
-class _Task:
-    """Marks the greenlet a bridged call runs in (``Bridge.run``)."""
+_BRIDGED: Any = None  # the greenlet class of bridged calls, made on first use
+
+
+def _bridged_class() -> Any:
+    global _BRIDGED
+    if _BRIDGED is None:
+        _BRIDGED = type("BridgedCall", (_greenlet().greenlet,), {})
+    return _BRIDGED
 
 
 def bridged() -> bool:
     """Whether the caller runs inside ``Bridge.run`` (so may ``await_only``)."""
     module = sys.modules.get("greenlet")
-    return module is not None and isinstance(getattr(module.getcurrent(), "bridge", None), _Task)
+    return module is not None and _BRIDGED is not None and isinstance(module.getcurrent(), _BRIDGED)
 
 
 def await_only(awaitable: Awaitable[T]) -> T:
     """The result of ``awaitable``, awaited by the event loop that runs this bridged call; the
     greenlet resumes when it is ready, and the loop runs other tasks meanwhile. Its exception
     (a cancellation included) is raised here."""
-    greenlet = _greenlet()
-    current = greenlet.getcurrent()
-    if not isinstance(getattr(current, "bridge", None), _Task):
+    current = _greenlet().getcurrent()
+    if _BRIDGED is None or not isinstance(current, _BRIDGED):
         if inspect.iscoroutine(awaitable):
             awaitable.close()
         raise RuntimeError(
@@ -82,12 +87,24 @@ def pause(seconds: float) -> None:
 
 
 class Bridge:
-    """Runs the store's code in a greenlet on the running loop (see the module docstring)."""
+    """Runs the store's code in a greenlet on the running loop (see the module docstring),
+    ``limit`` calls at a time: as many as the backend has connections. A call past them waits
+    here, before its own work (encoding a checkpoint, planning a write) takes the loop: a
+    thousand tasks that put at once then never fill one turn of the loop with a thousand
+    encodings while all but ``limit`` of them would only wait for a connection."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._slots: asyncio.Semaphore | None = None
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        greenlet = _greenlet()
-        child = greenlet.greenlet(fn)
-        child.bridge = _Task()
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.limit)
+        async with self._slots:
+            return await self._run(fn, *args, **kwargs)
+
+    async def _run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        child = _bridged_class()(fn)
         outcome = child.switch(*args, **kwargs)
         while not child.dead:
             try:
@@ -128,11 +145,12 @@ class Awaiting:
     pipelines and scripts): a method whose result is awaitable returns the awaited result
     (``await_only``); a result that is another driver object (``wrap``) gets a face too."""
 
-    __slots__ = ("_target", "_wrap")
+    __slots__ = ("_faces", "_target", "_wrap")
 
     def __init__(self, target: Any, wrap: tuple[type, ...] = ()) -> None:
         object.__setattr__(self, "_target", target)
         object.__setattr__(self, "_wrap", wrap)
+        object.__setattr__(self, "_faces", {})
 
     @property
     def target(self) -> Any:
@@ -140,8 +158,14 @@ class Awaiting:
         return self._target
 
     def __getattr__(self, name: str) -> Any:
+        face = self._faces.get(name)
+        if face is not None:
+            return face
         value = getattr(self._target, name)
-        return self._face(value) if callable(value) else value
+        if not callable(value):
+            return value
+        face = self._faces[name] = self._face(value)  # a client's methods: made once
+        return face
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self._target, name, value)

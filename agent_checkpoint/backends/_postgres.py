@@ -187,6 +187,11 @@ class PostgresBackend(Closable):
         ``AsyncConnectionPool`` (``client=``: one of yours), awaited on the store's loop."""
         return cls.from_url(url, asynchronous=True, **options)
 
+    @property
+    def max_connections(self) -> int:
+        """The most connections the pool opens."""
+        return int(self.pool.max_size)
+
     # -- schema --------------------------------------------------------------------------
 
     def setup(self) -> None:

@@ -190,6 +190,11 @@ class RedisBackend(Closable):
             owns_client=client is None,
         )
 
+    @property
+    def max_connections(self) -> int | None:
+        """The most connections the client opens (``None``: unbounded, or a cluster's)."""
+        return getattr(getattr(self._client, "connection_pool", None), "max_connections", None)
+
     # -- records -------------------------------------------------------------------------
 
     def load(self, key: str) -> Record | None:

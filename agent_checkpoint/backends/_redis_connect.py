@@ -76,6 +76,10 @@ FATAL = (RedisError, RedisClusterException)  # the cluster client's own errors a
 DEFAULT_SOCKET_TIMEOUT = 10.0
 """Seconds redis-py waits for a reply unless the URL or the caller sets ``socket_timeout``."""
 
+ASYNC_MAX_CONNECTIONS = 20
+"""Connections an ``AsyncStore``'s client opens at most (``max_connections`` sets it); tasks
+beyond them wait for one."""
+
 DEFAULT_WAIT_TIMEOUT = 1.0
 """Seconds a write waits for its ``wait_replicas`` confirmations before ``NotReplicatedError``."""
 
@@ -153,11 +157,18 @@ def connect(
     with translate_errors("redis", "connect", transient=TRANSIENT, fatal=FATAL):
         # A cluster client finds every node from this one; all of a store's keys share the
         # {prefix} hash tag, so each operation still goes to one node, in one round trip.
-        if asynchronous:
-            made: Any = AsyncRedisCluster.from_url if cluster else redis.asyncio.Redis.from_url
+        if asynchronous and cluster:
+            client = AsyncRedisCluster.from_url(url, **options)
+        elif asynchronous:
+            # Tasks are not bounded as threads are: more of them than connections wait for
+            # one (up to ``timeout``, then a transient error the Store retries) instead of
+            # opening a connection each.
+            options.setdefault("max_connections", ASYNC_MAX_CONNECTIONS)
+            pool = redis.asyncio.BlockingConnectionPool.from_url(url, **options)
+            client = redis.asyncio.Redis.from_pool(pool)
         else:
             made = RedisCluster.from_url if cluster else redis.Redis.from_url
-        client = made(url, **options)
+            client = made(url, **options)
     return client, StoreOptions(prefix, seconds, replicas, wait)
 
 
