@@ -279,3 +279,15 @@ def test_a_store_follows_its_slot_when_the_cluster_is_resharded(
 def test_cluster_must_be_true_or_false(cluster: RedisClusterServers) -> None:
     with pytest.raises(InvalidKeyError, match="redis option cluster must be true or false"):
         open_store(f"{cluster.url}?cluster=maybe")
+
+
+class TestRedisClusterAsyncStore(StoreConformance, ClaimsConformance):
+    """``AsyncStore`` on the cluster: ``redis.asyncio``'s cluster client, the same contract."""
+
+    @pytest.fixture
+    def store(self, url: str) -> Iterator[Any]:
+        from agent_checkpoint._async_store import open_async_store
+        from agent_checkpoint.testing._async import BlockingStore
+
+        with BlockingStore(open_async_store(url)) as opened:
+            yield opened

@@ -47,7 +47,6 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
@@ -79,8 +78,8 @@ from ._redis_connect import (
     AsyncClient,
     Client,
     connect,
+    node_client,
     refresh_topology,
-    store_node,
 )
 from ._redis_durability import DurabilityCheck, VolatileRedisWarning
 from ._redis_layout import (
@@ -432,9 +431,7 @@ class RedisBackend(Closable):
         with self._errors(operation):
             if not self.wait_replicas and staged is None:
                 return script(keys, args)
-            client = self._client
-            if isinstance(client, RedisCluster):  # its pipelines refuse scripts: use the node's
-                client = client.get_redis_connection(store_node(client, self.prefix))
+            client = node_client(self._client, self.prefix)  # cluster pipelines refuse scripts
             for _ in range(2):
                 pipe = client.pipeline(transaction=False)
                 if staged is not None:

@@ -50,6 +50,8 @@ __all__ = [
     "Client",
     "StoreOptions",
     "connect",
+    "is_cluster",
+    "node_client",
     "refresh_topology",
     "store_node",
 ]
@@ -176,10 +178,25 @@ class AsyncClient(Awaiting):
     """A ``redis.asyncio`` client with the synchronous client's face, for a backend that
     ``AsyncStore`` runs (``_bridge.py``): each command is awaited on the store's event loop."""
 
+    __slots__ = ("_nodes",)
+
     def __init__(self, client: Any) -> None:
         super().__init__(client, (AsyncPipeline, AsyncScript, AsyncClusterPipeline))
+        object.__setattr__(self, "_nodes", {})
+
+    def node(self, node: Any) -> AsyncClient:
+        """A client of one cluster ``node`` alone (made once per node)."""
+        found: AsyncClient | None = self._nodes.get(node.name)
+        if found is None:
+            pool = redis.asyncio.ConnectionPool(
+                connection_class=node.connection_class, **node.connection_kwargs
+            )
+            found = self._nodes[node.name] = AsyncClient(redis.asyncio.Redis.from_pool(pool))
+        return found
 
     def close(self) -> None:
+        for client in self._nodes.values():
+            client.close()
         await_only(self.target.aclose())
 
 
@@ -194,12 +211,30 @@ def _seconds(value: object) -> float | None:
         return None
 
 
-def store_node(client: RedisCluster, prefix: str) -> Any:
+def is_cluster(client: Any) -> bool:
+    """Whether ``client`` talks to a Redis Cluster (a ``RedisCluster``, or an ``AsyncClient``
+    over ``redis.asyncio``'s)."""
+    return isinstance(client, RedisCluster) or isinstance(
+        getattr(client, "target", None), AsyncRedisCluster
+    )
+
+
+def store_node(client: Any, prefix: str) -> Any:
     """The cluster node that holds a store's keys: they all share the ``{prefix}`` hash tag."""
-    return client.get_node_from_key("{" + prefix + "}")  # type: ignore[no-untyped-call]
+    return client.get_node_from_key("{" + prefix + "}")
 
 
-def refresh_topology(client: Client) -> None:
+def node_client(client: Any, prefix: str) -> Any:
+    """A client of the store's own node, on a cluster (whose pipelines refuse scripts); else
+    ``client`` itself."""
+    if isinstance(client, RedisCluster):
+        return client.get_redis_connection(store_node(client, prefix))
+    if isinstance(client, AsyncClient) and is_cluster(client):
+        return client.node(store_node(client, prefix))
+    return client
+
+
+def refresh_topology(client: Any) -> None:
     """Ask a cluster for its slot map again. redis-py does so after a failed single command,
     but not after a failed pipeline, and its own retries are off (the Store's govern): without
     this, a store keeps sending to a dead primary after its replica took over. Best effort:
@@ -207,6 +242,9 @@ def refresh_topology(client: Client) -> None:
     if isinstance(client, RedisCluster):
         with contextlib.suppress(*TRANSIENT, *FATAL):
             client.nodes_manager.initialize()
+    elif isinstance(client, AsyncClient) and is_cluster(client):
+        with contextlib.suppress(*TRANSIENT, *FATAL):
+            await_only(client.target.nodes_manager.initialize())
 
 
 @functools.cache

@@ -8,10 +8,9 @@ import threading
 import warnings
 from typing import Any
 
-from redis.cluster import RedisCluster
 from redis.exceptions import ClusterDownError, RedisClusterException, RedisError, ResponseError
 
-from ._redis_connect import Client, store_node
+from ._redis_connect import Client, is_cluster, store_node
 
 __all__ = ["DurabilityCheck", "VolatileRedisWarning"]
 
@@ -63,7 +62,7 @@ class DurabilityCheck:
     def _settings(self) -> tuple[str | None, str | None]:
         """``appendonly`` and ``save`` of the server that holds the store's keys."""
         client: Any = self._client
-        if isinstance(client, RedisCluster):  # the primary that owns the prefix's slot
+        if is_cluster(client):  # the primary that owns the prefix's slot
             node = store_node(client, self._prefix)
             replies = [
                 client.config_get(name, target_nodes=node) for name in ("appendonly", "save")
