@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from support.postgres_server import PostgresServer, unique_schema, with_query
+from support.postgres_server import throwaway_server, unique_schema, with_query
 from support.redis_server import RedisServer, need_redis_server
-from support.services import service_missing
 from support.store_urls import store_url
 
 from agent_checkpoint import Message, RunCheckpoint
@@ -251,16 +250,7 @@ def test_acknowledged_writes_survive_a_redis_restart_under_load() -> None:
 
 @pytest.mark.slow
 def test_acknowledged_writes_survive_a_postgres_restart_under_load() -> None:
-    try:
-        server = PostgresServer()
-    except (FileNotFoundError, KeyError) as exc:
-        service_missing("postgres", f"cannot run a throwaway server: {exc}")
-    try:
-        server.start()
-    except Exception as exc:
-        server.close()
-        service_missing("postgres", f"throwaway server did not start: {exc}")
-    try:
+    with throwaway_server() as server:
         url = with_query(server.url, schema=unique_schema())
 
         async def scenario() -> None:
@@ -270,5 +260,3 @@ def test_acknowledged_writes_survive_a_postgres_restart_under_load() -> None:
             await all_there(url, {}, acknowledged)
 
         run(scenario(), limit=240)
-    finally:
-        server.close()

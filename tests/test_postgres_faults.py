@@ -13,7 +13,13 @@ import psycopg
 import pytest
 from psycopg import sql
 from support.faultproxy import FaultProxy
-from support.postgres_server import PostgresServer, unique_schema, with_address, with_query
+from support.postgres_server import (
+    PostgresServer,
+    throwaway_server,
+    unique_schema,
+    with_address,
+    with_query,
+)
 from support.services import POSTGRES_URL, service_missing
 
 from agent_checkpoint import Store, open_store
@@ -285,17 +291,8 @@ def test_setup_is_not_bound_by_read_timeout(schema: str) -> None:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[PostgresServer]:
-    try:
-        server = PostgresServer()
-    except (FileNotFoundError, KeyError) as exc:
-        service_missing("postgres", f"cannot run a throwaway server: {exc}")
-    try:
-        server.start()
-    except Exception as exc:
-        server.close()
-        service_missing("postgres", f"throwaway server did not start: {exc}")
-    yield server
-    server.close()
+    with throwaway_server() as server:
+        yield server
 
 
 def test_acknowledged_writes_survive_a_server_restart(server: PostgresServer) -> None:

@@ -16,6 +16,8 @@ import socket
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -141,3 +143,24 @@ def with_address(url: str, host: str, port: int) -> str:
 
 def unique_schema(prefix: str = "ac_test") -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+@contextmanager
+def throwaway_server() -> Iterator[PostgresServer]:
+    """A started ``PostgresServer``, removed afterwards; a machine that cannot run one skips
+    (fails in CI)."""
+    from support.services import service_missing
+
+    try:
+        server = PostgresServer()
+    except (FileNotFoundError, KeyError) as exc:
+        service_missing("postgres", f"cannot run a throwaway server: {exc}")
+    try:
+        server.start()
+    except Exception as exc:
+        server.close()
+        service_missing("postgres", f"throwaway server did not start: {exc}")
+    try:
+        yield server
+    finally:
+        server.close()

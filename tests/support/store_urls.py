@@ -13,6 +13,7 @@ import psycopg
 import pytest
 import redis
 from psycopg import sql
+
 from support.postgres_server import unique_schema, with_query
 from support.services import POSTGRES_URL, REDIS_URL, service_missing
 
