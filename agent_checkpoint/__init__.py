@@ -9,6 +9,7 @@ default; Redis, PostgreSQL, S3 or any fsspec URL), and resume from it later, any
     store.put(RunCheckpoint.new("hello", [Message("user", "hello")]))
 """
 
+from ._async_store import AsyncClaim, AsyncStore, open_async_store
 from ._claims import Claim, LeaseInfo
 from ._codec import Codec
 from ._container import KEYS_ENV, Keyring, Sealer, keyring_from_env
@@ -109,6 +110,8 @@ __all__ = [
     "KEYS_ENV",
     "STORE_ENV",
     "AgentRef",
+    "AsyncClaim",
+    "AsyncStore",
     "Backend",
     "BackendError",
     "BackendUnavailableError",
@@ -182,6 +185,7 @@ __all__ = [
     "fnv1a",
     "keyring_from_env",
     "migrate_records",
+    "open_async_store",
     "open_store",
     "read_envelope",
     "read_paused_run",

@@ -13,11 +13,11 @@ from support.store_urls import store_url
 
 from agent_checkpoint._async_store import open_async_store
 from agent_checkpoint.testing import (
+    BlockingStore,
     ClaimsConformance,
     EncryptionConformance,
     StoreConformance,
 )
-from agent_checkpoint.testing._async import BlockingStore
 
 pytestmark = pytest.mark.filterwarnings("ignore::agent_checkpoint.backends.VolatileRedisWarning")
 

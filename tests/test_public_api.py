@@ -16,6 +16,8 @@ import agent_checkpoint
 from agent_checkpoint import errors
 
 PUBLIC = [
+    "AsyncClaim",
+    "AsyncStore",
     "DEFAULT_STORE_PATH",
     "KEYS_ENV",
     "STORE_ENV",
@@ -93,6 +95,7 @@ PUBLIC = [
     "fnv1a",
     "keyring_from_env",
     "migrate_records",
+    "open_async_store",
     "open_store",
     "read_envelope",
     "read_paused_run",

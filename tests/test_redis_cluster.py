@@ -287,7 +287,7 @@ class TestRedisClusterAsyncStore(StoreConformance, ClaimsConformance):
     @pytest.fixture
     def store(self, url: str) -> Iterator[Any]:
         from agent_checkpoint._async_store import open_async_store
-        from agent_checkpoint.testing._async import BlockingStore
+        from agent_checkpoint.testing import BlockingStore
 
         with BlockingStore(open_async_store(url)) as opened:
             yield opened

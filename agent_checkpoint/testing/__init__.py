@@ -13,8 +13,16 @@ backend. A third-party backend's test module subclasses it and supplies a ``stor
 backend without namespaces or without the ``cryptography`` package; a ``break_connection(store)``
 method lets the suite check that driver faults are translated. docs/backends.md walks through a
 whole backend and its test module. Requires pytest (the ``test`` extra).
+
+The same suites run unchanged against an ``AsyncStore`` (of a built-in backend, or of a backend
+of yours with an asyncio driver: ``from_url_async``) through ``BlockingStore``, which gives it
+the ``Store``'s synchronous face::
+
+    with BlockingStore(open_async_store("myscheme://...")) as store:
+        yield store
 """
 
+from ._async import BlockingStore
 from ._conformance import (
     AppendingConformance,
     ClaimsConformance,
@@ -27,6 +35,7 @@ from ._conformance import (
 
 __all__ = [
     "AppendingConformance",
+    "BlockingStore",
     "ClaimsConformance",
     "EncryptionConformance",
     "GrowingHistoryConformance",
