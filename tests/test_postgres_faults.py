@@ -22,14 +22,14 @@ from support.postgres_server import (
 )
 from support.services import POSTGRES_URL, service_missing
 
-from agent_checkpoint import Store, open_store
+from agent_checkpoint import Store, open_async_store, open_store
 from agent_checkpoint._store import RetryPolicy
 from agent_checkpoint._store_types import NO_RETRY
 from agent_checkpoint.backends._base import Record
 from agent_checkpoint.backends._postgres import LEDGER
 from agent_checkpoint.backends._postgres_connections import DEFAULT_READ_TIMEOUT, ReadTimeoutError
 from agent_checkpoint.errors import BackendUnavailableError
-from agent_checkpoint.testing import checkpoint
+from agent_checkpoint.testing import BlockingStore, checkpoint
 
 SMALL_BUDGET = RetryPolicy(attempts=2, initial=0.01, maximum=0.05, deadline=5)
 
@@ -221,9 +221,18 @@ def locked_row(schema: str, key: str) -> psycopg.Connection[Any]:
     return admin
 
 
+def opened(kind: str, url: str, **options: Any) -> Any:
+    """A store on ``url``: the ``Store``, or an ``AsyncStore`` (psycopg's async pool) through
+    its synchronous face."""
+    if kind == "sync":
+        return open_store(url, **options)
+    return BlockingStore(open_async_store(url, **options))
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize("write", ["rewrite", "append"])
 def test_a_write_queued_behind_a_lock_is_cancelled_after_read_timeout(
-    schema: str, write: str
+    schema: str, write: str, kind: str
 ) -> None:
     """A put stuck behind a lock that a forgotten session holds gives up after
     ``read_timeout``, and its statement is cancelled on the server, so it does not apply
@@ -231,7 +240,7 @@ def test_a_write_queued_behind_a_lock_is_cancelled_after_read_timeout(
     layer's conditional save of the record) queues on the same lock as a rewrite."""
     direct(schema).close()
     url = with_query(POSTGRES_URL, schema=schema, read_timeout="2")
-    with open_store(url, retry=NO_RETRY) as store:
+    with opened(kind, url, retry=NO_RETRY) as store:
         store.put(checkpoint(text="first", messages=4), key="k")
         before = store.head("k")
         then = (
@@ -267,7 +276,8 @@ def test_read_timeout_from_the_url_bounds_every_connection(
         assert conn.read_timeout == bound
 
 
-def test_setup_is_not_bound_by_read_timeout(schema: str) -> None:
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_setup_is_not_bound_by_read_timeout(schema: str, kind: str) -> None:
     """Schema changes may wait on a lock or build an index for longer than a read may take."""
     direct(schema).close()
     admin = psycopg.connect(POSTGRES_URL)
@@ -277,7 +287,7 @@ def test_setup_is_not_bound_by_read_timeout(schema: str) -> None:
     release.start()
     try:
         url = with_query(POSTGRES_URL, schema=schema, read_timeout="1")
-        with open_store(url, retry=NO_RETRY) as store:
+        with opened(kind, url, retry=NO_RETRY) as store:
             store.setup()  # waits for the lock, past read_timeout
             store.put(checkpoint(text="after"), key="k")
             assert store.get("k") is not None

@@ -132,16 +132,18 @@ def _timed_out(limit: float) -> ReadTimeoutError:
 
 
 @contextmanager
-def unbounded(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """No read timeout on ``conn`` while the block runs."""
-    if not isinstance(conn, TimedConnection):
+def unbounded(conn: Any) -> Iterator[None]:
+    """No read timeout on ``conn`` (a ``TimedConnection``, or an ``AsyncTimedConnection``
+    behind ``AsyncPool``'s face) while the block runs."""
+    timed = getattr(conn, "target", conn)
+    if not isinstance(timed, TimedConnection | AsyncTimedConnection):
         yield
         return
-    bound, conn.read_timeout = conn.read_timeout, None
+    bound, timed.read_timeout = timed.read_timeout, None
     try:
         yield
     finally:
-        conn.read_timeout = bound
+        timed.read_timeout = bound
 
 
 # What libpq says when retrying cannot help: the server refused this client, or (before a pool
