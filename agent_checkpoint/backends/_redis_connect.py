@@ -79,8 +79,8 @@ DEFAULT_SOCKET_TIMEOUT = 10.0
 """Seconds redis-py waits for a reply unless the URL or the caller sets ``socket_timeout``."""
 
 ASYNC_MAX_CONNECTIONS = 20
-"""Connections an ``AsyncStore``'s client opens at most (``max_connections`` sets it); tasks
-beyond them wait for one."""
+"""Connections an ``AsyncStore``'s client opens at most (``max_connections`` sets it): the store
+runs as many calls at once, and the others wait their turn."""
 
 DEFAULT_WAIT_TIMEOUT = 1.0
 """Seconds a write waits for its ``wait_replicas`` confirmations before ``NotReplicatedError``."""
@@ -162,12 +162,12 @@ def connect(
         if asynchronous and cluster:
             client = AsyncRedisCluster.from_url(url, **options)
         elif asynchronous:
-            # Tasks are not bounded as threads are: more of them than connections wait for
-            # one (up to ``timeout``, then a transient error the Store retries) instead of
-            # opening a connection each.
+            # Tasks are not bounded as threads are: the AsyncStore runs at most this many
+            # calls at once (each holds one connection at a time), and the others wait for
+            # their turn before any work (redis-py's BlockingConnectionPool would make them
+            # wait here too, at ~50 us a command of its own).
             options.setdefault("max_connections", ASYNC_MAX_CONNECTIONS)
-            pool = redis.asyncio.BlockingConnectionPool.from_url(url, **options)
-            client = redis.asyncio.Redis.from_pool(pool)
+            client = redis.asyncio.Redis.from_url(url, **options)
         else:
             made = RedisCluster.from_url if cluster else redis.Redis.from_url
             client = made(url, **options)
