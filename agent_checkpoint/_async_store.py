@@ -216,6 +216,8 @@ def open_async_store(
     runner: _Runner
     if native is not None:
         limit = getattr(native, "max_connections", None) or DEFAULT_CONCURRENCY
+        if limit >= 2**16:  # a client of yours whose pool is unbounded: a bound of ours
+            limit = DEFAULT_CONCURRENCY
         backend, runner = native, Bridge(limit)
     else:
         backend, runner = open_backend(url, create=create, **backend_options), Threads(threads)

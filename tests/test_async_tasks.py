@@ -260,3 +260,27 @@ def test_acknowledged_writes_survive_a_postgres_restart_under_load() -> None:
             await all_there(url, {}, acknowledged)
 
         run(scenario(), limit=240)
+
+
+def test_an_asyncio_redis_client_of_yours_is_used_within_its_pool_and_left_open() -> None:
+    import uuid
+
+    import redis.asyncio as aredis
+    from support.services import REDIS_URL
+
+    async def scenario() -> None:
+        client = aredis.Redis.from_url(REDIS_URL)
+        prefix = f"yours-{uuid.uuid4().hex[:8]}"
+        try:
+            async with open_async_store(REDIS_URL, prefix=prefix, client=client) as store:
+                limit = store._runner.limit  # type: ignore[attr-defined]
+                assert limit == client.connection_pool.max_connections  # its pool's bound
+                await asyncio.gather(*(store.put(conversation(1), key=f"k{i}") for i in range(50)))
+                assert len((await store.list(limit=100)).items) == 50
+            assert await client.ping()  # the store closed; the client is yours
+            keys = [k async for k in client.scan_iter(match="{" + prefix + "}*")]
+            await client.delete(*keys)
+        finally:
+            await client.aclose()
+
+    run(scenario())
