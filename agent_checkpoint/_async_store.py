@@ -15,7 +15,9 @@ for ``collect_orphans``, never read), and leaves a call on the thread pool to fi
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import contextlib
 import importlib
 import os
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -23,7 +25,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from ._bridge import Bridge, Threads
+from ._bridge import Bridge, Threads, off_loop
 from ._claims import Claim, Lease
 from ._container import Compression, Keyring
 from ._migrations import Migrations
@@ -31,6 +33,7 @@ from ._store import DEFAULT_STORE_PATH, STORE_ENV, Store, store_on
 from ._store_types import Forgotten, RetryPolicy
 from .backends import open_backend, route
 from .backends._base import Summary
+from .errors import StoreClosedError
 
 __all__ = ["AsyncClaim", "AsyncStore", "open_async_store"]
 
@@ -55,12 +58,14 @@ class _Runner(Protocol):
 
 
 def _awaiting(
-    method: Callable[Concatenate[S, P], R], inner: str
+    method: Callable[Concatenate[S, P], R],
 ) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]:
-    """An async method of the wrapper that awaits ``method`` of its attribute ``inner``."""
+    """An async method of a wrapper that awaits ``method`` of the object it wraps, on the
+    wrapper's runner (both from its ``_ready()``)."""
 
     async def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        result: R = await self._runner.run(method, getattr(self, inner), *args, **kwargs)
+        target, runner = await self._ready()
+        result: R = await runner.run(method, target, *args, **kwargs)
         return result
 
     call.__name__ = method.__name__
@@ -89,48 +94,79 @@ class _Closing:
 
 class AsyncStore(_Closing):
     """A ``Store`` whose methods are coroutines (see the module docstring). Open one with
-    ``open_async_store(url)``; use it as ``async with``, or ``await store.close()``."""
+    ``open_async_store(url)``; use it as ``async with``, or ``await store.close()``. It opens
+    on its first call (or ``await store.open()``), off the event loop: making a driver's
+    client may import modules and read files (boto3 takes ~0.3 s)."""
 
-    def __init__(self, store: Store, runner: _Runner) -> None:
-        self._store = store
-        self._runner = runner
+    def __init__(self, opener: Callable[[], tuple[Store, _Runner]]) -> None:
+        self._opener = opener
+        self._opening: asyncio.Future[tuple[Store, _Runner]] | None = None
+        self._store: Store | None = None
+        self._runner: _Runner | None = None
+        self._closed = False
+
+    async def open(self) -> AsyncStore:
+        """Open the store now (the first call would); idempotent. Raises what opening the
+        backend raises (a driver not installed, an option it refuses)."""
+        await self._ready()
+        return self
+
+    async def _ready(self) -> tuple[Store, _Runner]:
+        if self._store is not None and self._runner is not None:
+            return self._store, self._runner
+        if self._closed:
+            raise StoreClosedError("this AsyncStore was closed before it opened")
+        if self._opening is None:
+            self._opening = asyncio.ensure_future(off_loop(self._opener))
+        try:
+            store, runner = await asyncio.shield(self._opening)
+        except Exception:
+            self._opening = None  # the next call tries again
+            raise
+        self._store, self._runner = store, runner
+        return store, runner
 
     @property
     def store(self) -> Store:
-        """The ``Store`` this one runs. Call it only from the thread pool or bridge this store
-        runs on: on Redis and PostgreSQL its backend works only inside ``AsyncStore``."""
+        """The ``Store`` this one runs, once open. Call it only from the thread pool or
+        bridge this store runs on: on Redis and PostgreSQL its backend works only inside
+        ``AsyncStore``."""
+        if self._store is None:
+            raise RuntimeError("the AsyncStore is not open yet: await store.open() first")
         return self._store
 
     @property
     def backend(self) -> Any:
-        return self._store.backend
+        return self.store.backend
 
     @property
     def closed(self) -> bool:
-        return self._store.closed
+        return self._closed or (self._store is not None and self._store.closed)
 
-    put = _awaiting(Store.put, "_store")
-    put_record = _awaiting(Store.put_record, "_store")
-    get = _awaiting(Store.get, "_store")
-    get_record = _awaiting(Store.get_record, "_store")
-    get_envelope = _awaiting(Store.get_envelope, "_store")
-    get_json = _awaiting(Store.get_json, "_store")
-    head = _awaiting(Store.head, "_store")
-    owner = _awaiting(Store.owner, "_store")
-    delete = _awaiting(Store.delete, "_store")
-    setup = _awaiting(Store.setup, "_store")
-    verify = _awaiting(Store.verify, "_store")
+    put = _awaiting(Store.put)
+    put_record = _awaiting(Store.put_record)
+    get = _awaiting(Store.get)
+    get_record = _awaiting(Store.get_record)
+    get_envelope = _awaiting(Store.get_envelope)
+    get_json = _awaiting(Store.get_json)
+    head = _awaiting(Store.head)
+    owner = _awaiting(Store.owner)
+    delete = _awaiting(Store.delete)
+    setup = _awaiting(Store.setup)
+    verify = _awaiting(Store.verify)
 
     async def exists(self, key: str) -> bool:
         """Whether ``key`` holds a record (``key in store`` of the ``Store``)."""
-        return await self._runner.run(self._store.__contains__, key)
+        store, runner = await self._ready()
+        return await runner.run(store.__contains__, key)
 
     async def forget_older_than(
         self, cutoff: datetime | int | float, *, limit: int = 1000
     ) -> Forgotten:
-        return await self._runner.run(self._store.forget_older_than, cutoff, limit=limit)
+        store, runner = await self._ready()
+        return await runner.run(store.forget_older_than, cutoff, limit=limit)
 
-    list = _awaiting(Store.list, "_store")
+    list = _awaiting(Store.list)
 
     async def iter_summaries(
         self, *, page_size: int = 500, **filters: Any
@@ -147,14 +183,22 @@ class AsyncStore(_Closing):
 
     async def claim(self, key: str, worker: str, *, ttl: float) -> AsyncClaim:
         """An exclusive lease on run ``key`` for ``worker`` (``Store.claim``)."""
-        claim = await self._runner.run(self._store.claim, key, worker, ttl=ttl)
-        return AsyncClaim(claim, self._runner)
+        store, runner = await self._ready()
+        claim = await runner.run(store.claim, key, worker, ttl=ttl)
+        return AsyncClaim(claim, runner)
 
     async def claims(self, *, limit: int = 1000) -> builtins.list[Any]:
-        return await self._runner.run(self._store.claims, limit=limit)
+        store, runner = await self._ready()
+        return await runner.run(store.claims, limit=limit)
 
     async def close(self) -> None:
         """Close the store and its connections; idempotent."""
+        if self._store is None and self._opening is not None:
+            with contextlib.suppress(Exception):  # opening failed: nothing to close
+                await self._ready()
+        self._closed = True
+        if self._store is None or self._runner is None:
+            return
         try:
             await self._runner.run(self._store.close)
         finally:
@@ -180,15 +224,18 @@ class AsyncClaim(_Closing):
         self.claim = claim
         self._runner = runner
 
+    async def _ready(self) -> tuple[Claim, _Runner]:
+        return self.claim, self._runner
+
     def __getattr__(self, name: str) -> Any:
         if name in _CLAIM_FIELDS:
             return getattr(self.claim, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    get = _awaiting(Claim.get, "claim")
-    put = _awaiting(Claim.put, "claim")
-    renew = _awaiting(Claim.renew, "claim")
-    release = _awaiting(Claim.release, "claim")
+    get = _awaiting(Claim.get)
+    put = _awaiting(Claim.put)
+    renew = _awaiting(Claim.renew)
+    release = _awaiting(Claim.release)
 
     async def _exit(self) -> None:
         await self.release()
@@ -210,26 +257,31 @@ def open_async_store(
     ``open_store``. Redis and PostgreSQL URLs get the drivers' asyncio clients (their pool
     options as usual: ``max_size=``...); other backends run on ``threads`` threads."""
     url = url or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
-    _, entry = route(url)
-    module, _, name = entry.target.partition(":")
-    native = _native(module, name, url, backend_options)
-    runner: _Runner
-    if native is not None:
-        limit = getattr(native, "max_connections", None) or DEFAULT_CONCURRENCY
-        if limit >= 2**16:  # a client of yours whose pool is unbounded: a bound of ours
-            limit = DEFAULT_CONCURRENCY
-        backend, runner = native, Bridge(limit)
-    else:
-        backend, runner = open_backend(url, create=create, **backend_options), Threads(threads)
-    store = store_on(
-        backend,
-        retry,
-        max_record_bytes,
-        keyring=keyring,
-        compress=compress,
-        migrations=migrations,
-    )
-    return AsyncStore(store, runner)
+    _, entry = route(url)  # an unknown scheme is refused here, at once
+
+    def opener() -> tuple[Store, _Runner]:
+        module, _, name = entry.target.partition(":")
+        native = _native(module, name, url, backend_options)
+        runner: _Runner
+        if native is not None:
+            limit = getattr(native, "max_connections", None) or DEFAULT_CONCURRENCY
+            if limit >= 2**16:  # a client of yours whose pool is unbounded: a bound of ours
+                limit = DEFAULT_CONCURRENCY
+            backend, runner = native, Bridge(limit)
+        else:
+            backend = open_backend(url, create=create, **backend_options)
+            runner = Threads(threads)
+        store = store_on(
+            backend,
+            retry,
+            max_record_bytes,
+            keyring=keyring,
+            compress=compress,
+            migrations=migrations,
+        )
+        return store, runner
+
+    return AsyncStore(opener)
 
 
 def _native(module: str, name: str, url: str, options: dict[str, Any]) -> Any:

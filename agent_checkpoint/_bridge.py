@@ -22,6 +22,7 @@ import asyncio
 import functools
 import inspect
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from .errors import MissingDependencyError
 
-__all__ = ["Awaiting", "Bridge", "Threads", "await_only", "bridged", "pause"]
+__all__ = ["Awaiting", "Bridge", "Threads", "await_only", "bridged", "off_loop", "pause"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -84,6 +85,28 @@ def pause(seconds: float) -> None:
         await_only(asyncio.sleep(seconds))
     else:
         time.sleep(seconds)
+
+
+async def off_loop(fn: Callable[[], T]) -> T:
+    """``fn()`` run in a thread of its own (not the loop's default executor), awaited: for
+    one-off work that blocks, such as opening a store."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def deliver(outcome: Callable[[], None]) -> None:
+        if not done.cancelled():
+            outcome()
+
+    def work() -> None:
+        try:
+            result = fn()
+        except BaseException as exc:
+            loop.call_soon_threadsafe(deliver, functools.partial(done.set_exception, exc))
+        else:
+            loop.call_soon_threadsafe(deliver, functools.partial(done.set_result, result))
+
+    threading.Thread(target=work, name="agent-checkpoint-open", daemon=True).start()
+    return await done
 
 
 class Bridge:

@@ -18,7 +18,11 @@ from agent_checkpoint import Message, RunCheckpoint
 from agent_checkpoint._async_store import AsyncStore, open_async_store
 from agent_checkpoint._bridge import Bridge
 from agent_checkpoint._envelope import conversation_of
-from agent_checkpoint.errors import BackendUnavailableError, ConflictError
+from agent_checkpoint.errors import (
+    BackendUnavailableError,
+    ConflictError,
+    StoreClosedError,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::agent_checkpoint.backends.VolatileRedisWarning")
 
@@ -273,14 +277,48 @@ def test_an_asyncio_redis_client_of_yours_is_used_within_its_pool_and_left_open(
         prefix = f"yours-{uuid.uuid4().hex[:8]}"
         try:
             async with open_async_store(REDIS_URL, prefix=prefix, client=client) as store:
+                await asyncio.gather(*(store.put(conversation(1), key=f"k{i}") for i in range(50)))
                 limit = store._runner.limit  # type: ignore[attr-defined]
                 assert limit == client.connection_pool.max_connections  # its pool's bound
-                await asyncio.gather(*(store.put(conversation(1), key=f"k{i}") for i in range(50)))
                 assert len((await store.list(limit=100)).items) == 50
             assert await client.ping()  # the store closed; the client is yours
             keys = [k async for k in client.scan_iter(match="{" + prefix + "}*")]
             await client.delete(*keys)
         finally:
             await client.aclose()
+
+    run(scenario())
+
+
+# -- opening -------------------------------------------------------------------------------
+
+
+def test_a_store_opens_off_the_loop_on_its_first_call_and_says_what_went_wrong(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "store"
+
+    async def scenario() -> None:
+        store = open_async_store(str(folder))
+        assert not folder.exists()  # nothing done on the loop yet
+        first = conversation(1)
+        await store.put(first, key="k")
+        assert folder.is_dir() and (await store.get("k")) == first
+        await store.close()
+        with pytest.raises(StoreClosedError):
+            await store.get("k")
+
+        refused = open_async_store(str(tmp_path / "other"), no_such_option=1)
+        with pytest.raises(TypeError, match="no_such_option"):  # as open_store says it
+            await refused.open()
+        with pytest.raises(TypeError, match="no_such_option"):  # as open_store says it
+            await refused.get("k")  # tried again, refused again
+        await refused.close()
+
+        never = open_async_store(str(tmp_path / "never"))
+        await never.close()
+        assert never.closed and not (tmp_path / "never").exists()
+        with pytest.raises(StoreClosedError):
+            await never.put(conversation(1), key="k")
 
     run(scenario())

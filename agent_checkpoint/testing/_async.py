@@ -57,6 +57,7 @@ class BlockingStore:
         self.async_store = store
         self._own_loop = loop is None
         self._loop = loop or EventLoopThread()
+        self._loop.run(store.open())
         self.backend = _blocking_backend(store.backend, store, self._loop)
 
     def __getattr__(self, name: str) -> Any:
