@@ -26,9 +26,12 @@ import xxhash
 
 from ._codec import GAP
 
-__all__ = ["MAGIC", "Layout", "Split", "assemble", "chain", "merge", "merge_start"]
+__all__ = ["MAGIC", "Chunk", "Layout", "Split", "assemble", "chain", "merge", "merge_start"]
 
 MAGIC = b"\x00ACS1\n"
+
+Chunk = bytes | memoryview
+"""History content: bytes, or a view into a record's body (never copied until assembled)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +52,7 @@ def chain(previous: str, segment: bytes) -> str:
     return h.hexdigest()
 
 
-def merge(segments: list[bytes]) -> bytes:
+def merge(segments: Sequence[Chunk]) -> bytes:
     """Segments joined into one: the history array's contents they hold, in order."""
     return b",".join(s for s in segments if s)
 
@@ -69,11 +72,11 @@ def merge_start(sizes: Sequence[int], limit: int) -> int:
     return start
 
 
-def assemble(head: bytes, segments: Iterable[bytes]) -> bytes:
+def assemble(head: bytes, segments: Iterable[Chunk]) -> bytes:
     """The record's bytes: the head with the non-empty segments joined into its gap, copied
     once (a history may be megabytes)."""
     before, _, after = head.partition(GAP)
-    parts: list[bytes] = [before]
+    parts: list[Chunk] = [before]
     for segment in segments:
         if segment:
             parts += (b",", segment) if len(parts) > 1 else (segment,)
@@ -90,7 +93,7 @@ class Layout:
 
     pieces: tuple[tuple[str, int], ...]
     head: bytes
-    inline: bytes
+    inline: Chunk
     digest: str
     run: str = ""
 
@@ -135,11 +138,12 @@ class Layout:
             digest = str(manifest["d"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError):
             return None
-        head = body[start : start + cut]  # sliced once each: the inline part may be megabytes
+        head = body[start : start + cut]
         if not 0 <= cut <= len(body) - start or head.count(GAP) != 1:
             return None
-        return Layout(pieces, head, body[start + cut :], digest, run)
+        # not copied: the inline part may be megabytes, and assembling copies it once
+        return Layout(pieces, head, memoryview(body)[start + cut :], digest, run)
 
-    def assemble(self, contents: Iterable[bytes]) -> bytes:
+    def assemble(self, contents: Iterable[Chunk]) -> bytes:
         """The record's bytes: the pieces' ``contents``, then the inline content."""
         return assemble(self.head, (*contents, self.inline))
