@@ -148,14 +148,23 @@ class RedisClusterServers:
             raise
 
     def replicated(self, client: Any, node: Any, timeout: float = 30.0) -> None:
-        """Wait until ``node``'s writes so far reached its replicas (a replica may still be
-        syncing right after the cluster was created)."""
+        """Wait until ``node``'s writes so far, by any client, reached its replicas: each
+        replica's acknowledged offset is at the primary's. (``WAIT`` would count only the
+        writes of the connection that sends it, not those of the store under test.)"""
         deadline = time.monotonic() + timeout
-        while (
-            client.execute_command("WAIT", self.replicas, 1000, target_nodes=node) < self.replicas
-        ):
+        while True:
+            info = client.info("replication", target_nodes=node)
+            target = int(info["master_repl_offset"])
+            offsets = [
+                int(value["offset"])
+                for name, value in info.items()
+                if name.startswith("slave") and isinstance(value, dict)
+            ]
+            if len(offsets) >= self.replicas and min(offsets) >= target:
+                return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the replicas of {node.name} did not catch up")
+            time.sleep(0.05)
 
     def kill(self, node: Any) -> None:
         """SIGKILL the server behind a cluster client's ``node``."""
