@@ -27,6 +27,7 @@ from agent_checkpoint import Store, open_store
 from agent_checkpoint._model import Message, RunCheckpoint
 from agent_checkpoint._segment_format import Layout
 from agent_checkpoint._segments import PIECES, Segmented
+from agent_checkpoint.backends import _redis as redis_backend
 from agent_checkpoint.backends._base import Query, Record, Summary
 from agent_checkpoint.backends._memory import MemoryBackend
 from agent_checkpoint.backends._redis import RedisBackend, VolatileRedisWarning
@@ -908,6 +909,27 @@ def test_a_big_body_expires_with_its_record(client: redis.Redis, prefix: str) ->
     apart = f"{{{prefix}}}:b:{saved.revision}:k".encode()
     assert 0 < client.pttl(apart) <= 60_000
     assert abs(client.pttl(apart) - client.pttl(f"{{{prefix}}}:r:k".encode())) < 1000
+
+
+def test_the_atomic_read_returns_what_the_optimistic_one_does(
+    client: redis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After ``READS`` optimistic tries a reader reads hash and body in one script: forced
+    here from the first try, it returns the same records, big bodies and small, and None for
+    a key not stored."""
+    backend = RedisBackend(client, prefix=prefix)
+    big, small = (
+        big_record("big", 1),
+        Record(Summary("small", "run-2", 1_002, None, None, None, None, 0, 0, 0), b'{"n":2}'),
+    )
+    for record in (big, small):
+        backend.save(record)
+    optimistic = backend.load_many(["big", "small", "none"])
+    monkeypatch.setattr(redis_backend, "READS", 0)
+    atomic = backend.load_many(["big", "small", "none"])
+    assert [r.body if r else None for r in atomic] == [big.body, small.body, None]
+    assert atomic == optimistic
+    assert backend.load("big") == optimistic[0]
 
 
 def test_reads_racing_writers_of_big_bodies_see_whole_records(

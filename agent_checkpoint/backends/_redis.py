@@ -52,7 +52,6 @@ from redis.exceptions import NoScriptError
 
 from .._codec import join_parts
 from ..errors import (
-    BackendUnavailableError,
     InvalidArgumentError,
     InvalidKeyError,
     NotReplicatedError,
@@ -94,7 +93,7 @@ from ._redis_layout import (
     page_filter,
     summary_of,
 )
-from ._redis_scripts import DROP, KEEP, PAGE, WRITE
+from ._redis_scripts import DROP, KEEP, PAGE, READ, WRITE
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend", "VolatileRedisWarning"]
 
@@ -103,7 +102,7 @@ MAX_BATCH = 2000
 STAGE_BYTES = 64 * 1024
 """Bodies this large are stored under a key of their own, not passed to Lua (``WRITE``)."""
 STAGE_TTL_MS = 60_000
-READS = 8  # a reader racing writers that replace a body stored apart reads again this often
+READS = 8  # optimistic reads of a body stored apart before the atomic one (``READ``)
 
 
 class RedisBackend(Closable):
@@ -155,6 +154,7 @@ class RedisBackend(Closable):
         self._drop = client.register_script(DROP)
         self._keep = client.register_script(KEEP)
         self._page = client.register_script(PAGE)
+        self._read = client.register_script(READ)
         self._durability = DurabilityCheck(client, prefix)
         self._siblings: dict[str, RedisBackend] = {}
 
@@ -210,33 +210,41 @@ class RedisBackend(Closable):
     def load_many(self, keys: Sequence[str]) -> list[Record | None]:
         # One pipeline: a store's keys share one hash tag, so on a cluster it goes to one node;
         # the bodies stored apart (``STAGE_BYTES``: under the key WRITE names by revision) in
-        # one more. A body gone by then belongs to a record replaced since: read that again.
+        # one more. A body gone by then belongs to a record replaced since: read that again,
+        # and after ``READS`` tries atomically (``READ``), so busy writers cannot starve it.
         found: list[Record | None] = [None] * len(keys)
         wanted = list(range(len(keys)))
-        for _ in range(READS):
+        for attempt in range(READS + 1):
             with self._errors("load"):
-                pipe = self._client.pipeline(transaction=False)
-                for i in wanted:
-                    pipe.hmget(self._record_key(keys[i]), LOADED)
-                rows = dict(zip(wanted, pipe.execute(), strict=True))
-                apart = [i for i, row in rows.items() if _apart(row)]
-                if apart:
+                if attempt == READS:
+                    args = [self._base, *(keys[i] for i in wanted), *LOADED]
+                    rows = dict(
+                        zip(
+                            wanted,
+                            self._read([self._record_key(keys[i]) for i in wanted], args),
+                            strict=True,
+                        )
+                    )
+                    apart: list[int] = []
+                else:
                     pipe = self._client.pipeline(transaction=False)
-                    for i in apart:
-                        pipe.get(self._body_key(keys[i], rows[i]))
-                    for i, body in zip(apart, pipe.execute(), strict=True):
-                        rows[i] = [body, *rows[i][1:]]
+                    for i in wanted:
+                        pipe.hmget(self._record_key(keys[i]), LOADED)
+                    rows = dict(zip(wanted, pipe.execute(), strict=True))
+                    apart = [i for i, row in rows.items() if _apart(row)]
+                    if apart:
+                        pipe = self._client.pipeline(transaction=False)
+                        for i in apart:
+                            pipe.get(self._body_key(keys[i], rows[i]))
+                        for i, body in zip(apart, pipe.execute(), strict=True):
+                            rows[i] = [body, *rows[i][1:]]
             wanted = [i for i in apart if rows[i][0] is None]
             for i, row in rows.items():
                 if i not in wanted:
                     found[i] = self._record(keys[i], row)
             if not wanted:
                 return found
-        raise BackendUnavailableError(
-            f"redis load of {keys[wanted[0]]!r}: the record kept changing while it was read",
-            backend=self.name,
-            operation="load",
-        )
+        raise AssertionError("unreachable: the atomic read leaves nothing to read again")
 
     def _record(
         self, key: str, row: list[Any], segments: list[bytes] | None = None
