@@ -5,10 +5,13 @@ cancellation) is tested here with real tasks."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from psycopg.conninfo import make_conninfo
+from support.closed_port import refused_port
 from support.store_urls import store_url
 
 from agent_checkpoint._async_store import open_async_store
@@ -41,3 +44,41 @@ class TestAsyncStore(StoreConformance, ClaimsConformance, EncryptionConformance)
         with BlockingStore(open_async_store(url, **options)) as store:
             store.setup()
             yield store
+
+    def break_connection(self, store: Any) -> AbstractContextManager[None]:
+        """The asyncio drivers' connections go to a closed port: their faults must reach the
+        caller as the library's errors, as the sync drivers' do."""
+        backend = store.async_store.store.backend
+        if backend.name == "redis":
+            return refusing_redis(store, backend)
+        if backend.name == "postgres":
+            return refusing_postgres(store, backend)
+        pytest.skip(f"{backend.name} runs on threads: its sync suite breaks its driver")
+
+
+@contextmanager
+def refusing_redis(store: Any, backend: Any) -> Iterator[None]:
+    pool = backend._client.target.connection_pool
+    port = pool.connection_kwargs["port"]
+    with refused_port() as closed:
+        pool.connection_kwargs["port"] = closed
+        store._loop.run(pool.disconnect())
+        pool.reset()
+        try:
+            yield
+        finally:
+            pool.connection_kwargs["port"] = port
+            pool.reset()
+
+
+@contextmanager
+def refusing_postgres(store: Any, backend: Any) -> Iterator[None]:
+    pool = backend.pool.target
+    conninfo, timeout = pool.conninfo, pool.timeout
+    with refused_port() as port:
+        pool.conninfo, pool.timeout = make_conninfo(conninfo, port=port), 0.5
+        store._loop.run(pool.drain())
+        try:
+            yield
+        finally:
+            pool.conninfo, pool.timeout = conninfo, timeout
