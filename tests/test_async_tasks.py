@@ -21,6 +21,7 @@ from agent_checkpoint._envelope import conversation_of
 from agent_checkpoint.errors import (
     BackendUnavailableError,
     ConflictError,
+    InvalidArgumentError,
     StoreClosedError,
 )
 
@@ -309,9 +310,9 @@ def test_a_store_opens_off_the_loop_on_its_first_call_and_says_what_went_wrong(
             await store.get("k")
 
         refused = open_async_store(str(tmp_path / "other"), no_such_option=1)
-        with pytest.raises(TypeError, match="no_such_option"):  # as open_store says it
+        with pytest.raises(InvalidArgumentError, match="no_such_option"):  # as open_store does
             await refused.open()
-        with pytest.raises(TypeError, match="no_such_option"):  # as open_store says it
+        with pytest.raises(InvalidArgumentError, match="no_such_option"):  # as open_store does
             await refused.get("k")  # tried again, refused again
         await refused.close()
 

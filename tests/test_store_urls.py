@@ -14,7 +14,12 @@ import pytest
 
 from agent_checkpoint import open_store
 from agent_checkpoint._cli import main
-from agent_checkpoint.errors import InvalidKeyError, MissingDependencyError, StoreNotFoundError
+from agent_checkpoint.errors import (
+    InvalidArgumentError,
+    InvalidKeyError,
+    MissingDependencyError,
+    StoreNotFoundError,
+)
 from agent_checkpoint.testing import checkpoint
 
 PG = "postgresql://postgres@127.0.0.1:5432/test"
@@ -41,6 +46,17 @@ REFUSED = [
 def test_a_bad_url_option_is_refused_on_open_naming_it(url: str, message: str) -> None:
     with pytest.raises(InvalidKeyError, match=message):
         open_store(url)
+
+
+@pytest.mark.parametrize("kind", ["disk", "memory"])  # fsspec passes them to its filesystem
+def test_a_keyword_option_a_backend_does_not_take_is_refused_naming_it(
+    kind: str, tmp_path: Path
+) -> None:
+    url = {"disk": str(tmp_path / "s"), "memory": "memory://"}
+    with pytest.raises(InvalidArgumentError, match=rf"{kind if kind != 'disk' else 'file'} store: "
+                       r"unknown option 'prefx'"):  # fmt: skip
+        open_store(url[kind], prefx="mine")
+    assert not (tmp_path / "s").exists()
 
 
 def test_the_cli_reports_a_bad_url_option_as_a_usage_error(

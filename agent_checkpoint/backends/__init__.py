@@ -225,5 +225,17 @@ def open_backend(url: str, *, create: bool = True, **options: Any) -> Backend:
     cls = _load(scheme, entry)
     if not create and getattr(cls, "makes_store_on_open", False):
         options["create"] = False
-    backend: Backend = cls.from_url(url, **options)
+    try:
+        backend: Backend = cls.from_url(url, **options)
+    except TypeError as exc:
+        unknown = _UNKNOWN_OPTION.search(str(exc))
+        if unknown is None or unknown.group(1) not in options:
+            raise
+        raise InvalidArgumentError(
+            f"{scheme} store: unknown option {unknown.group(1)!r} (see docs/backends.md and "
+            "the README's store URLs for the options each backend takes)"
+        ) from exc
     return backend
+
+
+_UNKNOWN_OPTION = re.compile(r"unexpected keyword argument '([^']+)'")

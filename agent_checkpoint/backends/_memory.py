@@ -14,6 +14,7 @@ import threading
 from dataclasses import replace
 from typing import Any
 
+from ..errors import InvalidArgumentError
 from ._base import Closable, Query, Record, Summary, is_after, matches, plan_drop, plan_save
 
 
@@ -30,6 +31,10 @@ class MemoryBackend(Closable):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MemoryBackend:
+        if options:  # it takes none: a keyword meant for another store is a mistake
+            raise InvalidArgumentError(
+                f"memory store: unknown option {sorted(options)[0]!r} (it takes none)"
+            )
         return cls()
 
     def load(self, key: str) -> Record | None:
