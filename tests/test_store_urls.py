@@ -59,6 +59,15 @@ def test_a_keyword_option_a_backend_does_not_take_is_refused_naming_it(
     assert not (tmp_path / "s").exists()
 
 
+def test_a_keyword_option_redis_py_does_not_take_is_refused_and_its_own_are_accepted() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"redis store: unknown option 'prefx'"):
+        open_store(REDIS, prefx="mine")
+    with pytest.raises(InvalidArgumentError, match=r"unknown option 'socket_timout'"):
+        open_store(f"{REDIS}?cluster=true", socket_timout=3)
+    taken = {"socket_timeout": 3, "max_connections": 5, "health_check_interval": 10}
+    open_store(REDIS, prefix="mine", single_connection_client=False, **taken).close()
+
+
 def test_the_cli_reports_a_bad_url_option_as_a_usage_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

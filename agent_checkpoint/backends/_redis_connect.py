@@ -38,7 +38,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from .._bridge import Awaiting, await_only
-from ..errors import InvalidKeyError
+from ..errors import InvalidArgumentError, InvalidKeyError
 from ._base import translate_errors
 from ._url_options import flag, number, refuse_unknown, whole
 
@@ -129,6 +129,12 @@ def connect(
         "redis", "wait_timeout", ours("wait_timeout", DEFAULT_WAIT_TIMEOUT), positive=True
     )
     seconds = None if ttl in (None, "") else number("redis", "ttl", ttl, positive=True)
+    allowed = _url_options(parts.scheme) | _client_options(cluster, asynchronous)
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise InvalidArgumentError(
+            f"redis store: unknown option {unknown[0]!r} ({hint}, or of its connection pool)"
+        )
     if client is not None:
         if query or options:
             raise InvalidKeyError(
@@ -245,6 +251,20 @@ def refresh_topology(client: Any) -> None:
     elif isinstance(client, AsyncClient) and is_cluster(client):
         with contextlib.suppress(*TRANSIENT, *FATAL):
             await_only(client.target.nodes_manager.initialize())
+
+
+@functools.cache
+def _client_options(cluster: bool, asynchronous: bool) -> frozenset[str]:
+    """Keyword options redis-py's client takes beyond its connections' (``_url_options``):
+    its connection pool's, and a cluster client's own."""
+    pool = redis.asyncio.ConnectionPool if asynchronous else redis.ConnectionPool
+    makers: list[Any] = [pool.__init__]
+    if cluster:
+        makers.append((AsyncRedisCluster if asynchronous else RedisCluster).__init__)
+    names = {"single_connection_client"}
+    for maker in makers:
+        names.update(inspect.signature(maker).parameters)
+    return frozenset(names - {"self", "kwargs", "connection_kwargs"})
 
 
 @functools.cache
