@@ -15,7 +15,6 @@ for ``collect_orphans``, never read), and leaves a call on the thread pool to fi
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import contextlib
 import importlib
@@ -24,6 +23,9 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    import asyncio
 
 from ._bridge import Bridge, Threads, off_loop
 from ._claims import Claim, Lease
@@ -116,6 +118,8 @@ class AsyncStore(_Closing):
             return self._store, self._runner
         if self._closed:
             raise StoreClosedError("this AsyncStore was closed before it opened")
+        import asyncio  # not at import time: see _bridge.py
+
         if self._opening is None:
             self._opening = asyncio.ensure_future(off_loop(self._opener))
         try:

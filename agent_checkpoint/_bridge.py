@@ -18,17 +18,21 @@ copy, and the async path is the sync path: the shared conformance suites prove b
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from .errors import MissingDependencyError
+
+if TYPE_CHECKING:
+    import asyncio
+
+# asyncio is imported where it is used, not here: ``import agent_checkpoint`` (the CLI's start)
+# does not pay ~30 ms for it unless an AsyncStore runs.
 
 __all__ = ["Awaiting", "Bridge", "Threads", "await_only", "bridged", "off_loop", "pause"]
 
@@ -82,6 +86,8 @@ def pause(seconds: float) -> None:
     """Sleep: on the event loop's clock inside a bridged call (other tasks run meanwhile),
     else as ``time.sleep``. The retry policy waits with it."""
     if bridged():
+        import asyncio
+
         await_only(asyncio.sleep(seconds))
     else:
         time.sleep(seconds)
@@ -90,6 +96,8 @@ def pause(seconds: float) -> None:
 async def off_loop(fn: Callable[[], T]) -> T:
     """``fn()`` run in a thread of its own (not the loop's default executor), awaited: for
     one-off work that blocks, such as opening a store."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
 
@@ -122,6 +130,8 @@ class Bridge:
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         if self._slots is None:
+            import asyncio
+
             self._slots = asyncio.Semaphore(self.limit)
         async with self._slots:
             return await self._run(fn, *args, **kwargs)
@@ -154,6 +164,8 @@ class Threads:
     does."""
 
     def __init__(self, workers: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="agent-checkpoint")
         self._closed = False
 
@@ -161,6 +173,8 @@ class Threads:
         if self._closed:  # the store is closed too: it refuses before any I/O
             return fn(*args, **kwargs)
         call = functools.partial(fn, *args, **kwargs)
+        import asyncio
+
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     def close(self) -> None:
