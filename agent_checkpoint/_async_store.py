@@ -15,12 +15,10 @@ for ``collect_orphans``, never read), and leaves a call on the thread pool to fi
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import importlib
 import os
 from collections.abc import AsyncIterator, Callable, Coroutine
-from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
@@ -32,7 +30,7 @@ from ._claims import Claim, Lease
 from ._container import Compression, Keyring
 from ._migrations import Migrations
 from ._store import DEFAULT_STORE_PATH, STORE_ENV, Store, store_on
-from ._store_types import Forgotten, RetryPolicy
+from ._store_types import RetryPolicy
 from .backends import open_backend, route
 from .backends._base import Summary
 from .errors import StoreClosedError
@@ -60,7 +58,7 @@ class _Runner(Protocol):
 
 
 def _awaiting(
-    method: Callable[Concatenate[S, P], R],
+    method: Callable[Concatenate[S, P], R], name: str | None = None
 ) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]:
     """An async method of a wrapper that awaits ``method`` of the object it wraps, on the
     wrapper's runner (both from its ``_ready()``)."""
@@ -70,8 +68,8 @@ def _awaiting(
         result: R = await runner.run(method, target, *args, **kwargs)
         return result
 
-    call.__name__ = method.__name__
-    call.__qualname__ = method.__qualname__
+    call.__name__ = name or method.__name__
+    call.__qualname__ = method.__qualname__.replace(method.__name__, call.__name__)
     call.__doc__ = method.__doc__
     return call
 
@@ -159,16 +157,8 @@ class AsyncStore(_Closing):
     setup = _awaiting(Store.setup)
     verify = _awaiting(Store.verify)
 
-    async def exists(self, key: str) -> bool:
-        """Whether ``key`` holds a record (``key in store`` of the ``Store``)."""
-        store, runner = await self._ready()
-        return await runner.run(store.__contains__, key)
-
-    async def forget_older_than(
-        self, cutoff: datetime | int | float, *, limit: int = 1000
-    ) -> Forgotten:
-        store, runner = await self._ready()
-        return await runner.run(store.forget_older_than, cutoff, limit=limit)
+    exists = _awaiting(Store.__contains__, "exists")  # ``key in store`` of the ``Store``
+    forget_older_than = _awaiting(Store.forget_older_than)
 
     list = _awaiting(Store.list)
 
@@ -191,9 +181,7 @@ class AsyncStore(_Closing):
         claim = await runner.run(store.claim, key, worker, ttl=ttl)
         return AsyncClaim(claim, runner)
 
-    async def claims(self, *, limit: int = 1000) -> builtins.list[Any]:
-        store, runner = await self._ready()
-        return await runner.run(store.claims, limit=limit)
+    claims = _awaiting(Store.claims)
 
     async def close(self) -> None:
         """Close the store and its connections; idempotent."""

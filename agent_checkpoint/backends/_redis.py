@@ -159,12 +159,17 @@ class RedisBackend(Closable):
         self._siblings: dict[str, RedisBackend] = {}
 
     @classmethod
-    def from_url(cls, url: str, *, client: Client | None = None, **options: Any) -> RedisBackend:
+    def from_url(
+        cls, url: str, *, client: Any = None, asynchronous: bool = False, **options: Any
+    ) -> RedisBackend:
         """A store on ``url``'s server, or on a ready ``client`` (a ``redis.Redis`` or
-        ``RedisCluster`` you own and close) with the URL's store options."""
-        made, ours = connect(url, options, default_prefix=DEFAULT_PREFIX, client=client)
+        ``RedisCluster`` you own and close) with the URL's store options. ``asynchronous``:
+        see ``from_url_async``."""
+        made, ours = connect(
+            url, options, default_prefix=DEFAULT_PREFIX, client=client, asynchronous=asynchronous
+        )
         return cls(
-            made,
+            AsyncClient(made) if asynchronous else made,  # type: ignore[arg-type]
             prefix=ours.prefix,
             ttl=ours.ttl,
             wait_replicas=ours.wait_replicas,
@@ -173,21 +178,11 @@ class RedisBackend(Closable):
         )
 
     @classmethod
-    def from_url_async(cls, url: str, *, client: Any = None, **options: Any) -> RedisBackend:
+    def from_url_async(cls, url: str, **options: Any) -> RedisBackend:
         """The backend an ``AsyncStore`` runs on ``url``'s server (or on a ready
-        ``redis.asyncio`` client you own and close): the same backend, its commands awaited
-        through ``redis.asyncio`` on the store's event loop."""
-        made, ours = connect(
-            url, options, default_prefix=DEFAULT_PREFIX, client=client, asynchronous=True
-        )
-        return cls(
-            AsyncClient(made),  # type: ignore[arg-type]
-            prefix=ours.prefix,
-            ttl=ours.ttl,
-            wait_replicas=ours.wait_replicas,
-            wait_timeout=ours.wait_timeout,
-            owns_client=client is None,
-        )
+        ``redis.asyncio`` client, ``client=``, you own and close): the same backend, its
+        commands awaited through ``redis.asyncio`` on the store's event loop."""
+        return cls.from_url(url, asynchronous=True, **options)
 
     @property
     def max_connections(self) -> int | None:

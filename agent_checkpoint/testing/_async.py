@@ -75,7 +75,7 @@ class BlockingStore:
         return self.async_store.closed
 
     def __contains__(self, key: object) -> bool:
-        return self._loop.run(self.async_store.exists(key))  # type: ignore[arg-type]
+        return self._loop.run(self.async_store.exists(key))
 
     def iter_summaries(self, **filters: Any) -> Iterator[Any]:
         async def collect() -> list[Any]:
