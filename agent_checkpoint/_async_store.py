@@ -128,6 +128,24 @@ class AsyncStore(_Closing):
         self._store, self._runner = store, runner
         return store, runner
 
+    @classmethod
+    def over(cls, store: Store, *, threads: int = DEFAULT_THREADS) -> AsyncStore:
+        """An ``AsyncStore`` that runs a ``Store`` you already have on ``threads`` threads of
+        its own (never the loop's default executor). Closing it closes ``store``."""
+        return cls(lambda: (store, Threads(threads)))
+
+    async def call(
+        self, fn: Callable[Concatenate[Store, P], R], *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        """``fn(store, *args, **kwargs)``, awaited: synchronous code written against the
+        ``Store`` API, run where this store runs its own methods (on Redis and PostgreSQL
+        inside the bridge, its I/O awaiting the asyncio driver; elsewhere on the store's
+        threads). One implementation serves both a sync and an async caller: the framework
+        integrations are written so. ``fn`` must use only ``store`` for I/O."""
+        store, runner = await self._ready()
+        result: R = await runner.run(fn, store, *args, **kwargs)
+        return result
+
     @property
     def store(self) -> Store:
         """The ``Store`` this one runs, once open. Call it only from the thread pool or

@@ -115,6 +115,8 @@ PUBLIC_MODULES = [
     "agent_checkpoint.adapters.openai_minimal",  # run as python -m (README, docs/interchange.md)
     "agent_checkpoint.backends",
     "agent_checkpoint.errors",
+    "agent_checkpoint.integrations",
+    "agent_checkpoint.integrations.langgraph",  # extra `langgraph`
     "agent_checkpoint.resume",
     "agent_checkpoint.testing",
     "agent_checkpoint.transcripts",

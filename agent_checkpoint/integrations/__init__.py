@@ -1,0 +1,10 @@
+"""Framework integrations, each behind its own extra; the core never imports a framework.
+
+- ``agent_checkpoint.integrations.langgraph``: a LangGraph checkpoint saver
+  (``pip install 'localab-checkpoint[langgraph]'``).
+
+Each uses only the library's public API (``agent_checkpoint``): a third party could have
+written it.
+"""
+
+__all__: list[str] = []  # each integration is its own module, imported by name

@@ -1,0 +1,1005 @@
+"""A LangGraph checkpoint saver on any agent-checkpoint store (extra ``langgraph``)::
+
+    from agent_checkpoint.integrations.langgraph import AgentCheckpointSaver
+
+    graph = builder.compile(checkpointer=AgentCheckpointSaver("redis://localhost:6379/0"))
+
+It implements ``BaseCheckpointSaver``, sync and async, over a store URL (each side opens its
+own store: ``open_store`` and ``open_async_store``), a ``Store`` or an ``AsyncStore``. The
+logic is written once, synchronously, against the ``Store`` API; the async methods run that
+same code through ``AsyncStore.call``, where the store runs its own I/O (the asyncio drivers
+on Redis and PostgreSQL, the store's own threads elsewhere).
+
+What it stores, under keys ``langgraph/<thread>/<namespace>/...``:
+
+- ``m/<lineage>``: the messages channel (``add_messages``) as the history of a run record,
+  one message per LangChain message (role and text readable by any of our tools, the
+  LangChain fields under ``lc``). A put appends to it through the store's segment layer, so
+  a step writes only the messages it added. A history that does not extend it (a message
+  removed or replaced, a fork from an older checkpoint) starts a new lineage; checkpoints
+  keep the lineage and message count they were saved with.
+  The lineage is also the thread's head: every put writes it conditionally on the revision
+  this saver last read or wrote, so a second writer that read the thread before another
+  wrote it gets ``ConflictError`` rather than silently forking it.
+- ``c/<inverted checkpoint id>``: one checkpoint: its versions, metadata and the other
+  channels' values (LangGraph's serializer, no pickle fallback), indexed under the agent id
+  ``langgraph:<thread>`` and owned by ``owner``, saved at the checkpoint id's time: a thread's
+  checkpoints list newest first from the store's index, and all threads' from its owner index.
+- ``c/<inverted checkpoint id>/w/<task>``: the pending writes of one task.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import random
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+import orjson
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    message_to_dict,
+    messages_from_dict,
+)
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    PendingWrite,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from agent_checkpoint import (
+    AgentRef,
+    AsyncClaim,
+    AsyncStore,
+    Claim,
+    ConflictError,
+    Identity,
+    InvalidArgumentError,
+    Message,
+    RunCheckpoint,
+    Store,
+    Summary,
+    ToolCall,
+    open_async_store,
+    open_store,
+    to_envelope,
+)
+from agent_checkpoint import OriginalInput as _Input
+
+__all__ = ["AgentCheckpointSaver"]
+
+_ROOT = "-"  # the root namespace ("") in a key
+_UUID_EPOCH = 0x01B21DD213814000  # 1582-10-15 to 1970-01-01 in 100 ns ticks (RFC 9562)
+_MERGE_TRIES = 16
+
+
+# -- keys ---------------------------------------------------------------------------------
+
+
+def _escape(part: str) -> str:
+    return part.replace("%", "%25").replace("/", "%2F")
+
+
+_INVERT = str.maketrans("0123456789abcdef", "fedcba9876543210")
+
+
+def _inverted(checkpoint_id: str) -> str:
+    """Ascending keys for descending ids: a listing gives ties (one millisecond) newest first."""
+    return checkpoint_id.translate(_INVERT)
+
+
+@dataclass(frozen=True, slots=True)
+class _Thread:
+    thread: str
+    ns: str
+
+    @property
+    def base(self) -> str:
+        ns = _ROOT if self.ns == "" else "+" + _escape(self.ns)
+        return f"langgraph/{_escape(self.thread)}/{ns}"
+
+    @property
+    def tag(self) -> str:
+        """The agent id every record of the thread (all namespaces) is indexed under."""
+        return f"langgraph:{self.thread}"
+
+    @property
+    def first_lineage(self) -> str:
+        return f"{self.base}/m/0"
+
+    def lineage(self, checkpoint_id: str) -> str:
+        return f"{self.base}/m/{_escape(checkpoint_id)}"
+
+    def checkpoint(self, checkpoint_id: str) -> str:
+        return f"{self.base}/c/{_escape(_inverted(checkpoint_id))}"
+
+    def writes(self, checkpoint_id: str, task_id: str) -> str:
+        return f"{self.checkpoint(checkpoint_id)}/w/{_escape(task_id)}"
+
+    def holds_checkpoint(self, key: str) -> bool:
+        prefix = f"{self.base}/c/"
+        return key.startswith(prefix) and "/" not in key[len(prefix) :]
+
+
+def _thread_of(config: RunnableConfig) -> _Thread:
+    configurable = config.get("configurable") or {}
+    thread = configurable.get("thread_id")
+    if thread is None:
+        raise InvalidArgumentError(
+            "the config names no thread: pass {'configurable': {'thread_id': ...}}"
+        )
+    return _Thread(str(thread), str(configurable.get("checkpoint_ns") or ""))
+
+
+def _id_time(checkpoint_id: str) -> int | None:
+    """Epoch ms of a UUIDv6 checkpoint id (LangGraph's ids carry their time), else ``None``."""
+    with suppress(ValueError):
+        parsed = uuid.UUID(checkpoint_id)
+        if parsed.version == 6:
+            ticks = ((parsed.int >> 96) << 28) | (((parsed.int >> 80) & 0xFFFF) << 12)
+            ticks |= (parsed.int >> 64) & 0xFFF
+            return (ticks - _UUID_EPOCH) // 10_000
+    return None
+
+
+def _saved_at(checkpoint_id: str, ts: str | None) -> int:
+    """The time a checkpoint is listed at: its id's, else its ``ts``, else now."""
+    at = _id_time(checkpoint_id)
+    if at is None and ts:
+        with suppress(ValueError):
+            at = int(datetime.fromisoformat(ts).timestamp() * 1000)
+    return at if at is not None else int(datetime.now().timestamp() * 1000)
+
+
+# -- messages -----------------------------------------------------------------------------
+
+_ROLES = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system"}
+_EMPTY: tuple[Any, ...] = (None, {}, [], "")
+
+
+def _to_ours(message: BaseMessage) -> Message:
+    """Our message for a LangChain one: role and text as any runtime reads them, the
+    LangChain fields (those not at their default) under ``lc``, for an exact round trip."""
+    lc = message_to_dict(message)
+    data = {k: v for k, v in lc["data"].items() if v not in _EMPTY or k == "content"}
+    content = data.get("content")
+    text = content if isinstance(content, str) else message.text
+    if isinstance(content, str):
+        del data["content"]
+    calls: tuple[ToolCall, ...] | None = None
+    raw_calls = data.get("tool_calls")
+    if raw_calls and all(isinstance(c.get("id"), str) for c in raw_calls):
+        calls = tuple(ToolCall(c["id"], c["name"], dict(c.get("args") or {})) for c in raw_calls)
+        del data["tool_calls"]
+    role = _ROLES.get(lc["type"]) or str(getattr(message, "role", lc["type"]))
+    call_id = data.pop("tool_call_id", None) if lc["type"] == "tool" else None
+    return Message(
+        role,
+        text,
+        tool_calls=calls,
+        tool_call_id=call_id,
+        tool_name=message.name if lc["type"] == "tool" and message.name else None,
+        extra={"lc": {"type": lc["type"], "data": data}},
+    )
+
+
+def _to_langchain(message: Message) -> BaseMessage:
+    lc = message.extra.get("lc")
+    if isinstance(lc, dict):
+        data = dict(cast(dict[str, Any], lc.get("data") or {}))
+        data.setdefault("content", message.content)
+        if message.tool_calls is not None:
+            data["tool_calls"] = [
+                {"name": c.name, "args": dict(c.args), "id": c.id, "type": "tool_call"}
+                for c in message.tool_calls
+            ]
+        if message.tool_call_id is not None:
+            data["tool_call_id"] = message.tool_call_id
+        return messages_from_dict([{"type": lc["type"], "data": data}])[0]
+    # a history another runtime wrote: the role and text, and the tool calls
+    if message.role == "assistant":
+        calls = [
+            {"name": c.name, "args": dict(c.args), "id": c.id, "type": "tool_call"}
+            for c in message.tool_calls or ()
+        ]
+        return AIMessage(content=message.content, tool_calls=calls)
+    if message.role == "tool":
+        return ToolMessage(
+            content=message.content,
+            tool_call_id=message.tool_call_id or "",
+            name=message.tool_name,
+        )
+    if message.role == "system":
+        return SystemMessage(content=message.content)
+    return HumanMessage(content=message.content)
+
+
+def _is_messages(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(m, BaseMessage) for m in value)
+
+
+def _same(ours: Sequence[BaseMessage], theirs: Sequence[BaseMessage]) -> bool:
+    # identity first (an appended list holds the same objects), equality where it differs
+    return len(ours) == len(theirs) and all(
+        a is b or a == b for a, b in zip(ours, theirs, strict=True)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Lineage:
+    """What this saver last read or wrote of a thread's messages."""
+
+    key: str | None  # None: no lineage stored yet (the first put creates the first)
+    revision: int
+    langchain: tuple[BaseMessage, ...]
+    ours: tuple[Message, ...]
+
+
+_NONE = _Lineage(None, 0, (), ())
+
+
+# -- the saver ----------------------------------------------------------------------------
+
+
+class AgentCheckpointSaver(BaseCheckpointSaver[str]):
+    """LangGraph's checkpointer on an agent-checkpoint store (see the module docstring).
+
+    ``store`` is a store URL (``redis://``, ``postgresql://``, ``s3://``, a path...), a
+    ``Store`` or an ``AsyncStore``; a URL opens a sync store for the sync methods and an
+    async one for the async methods, each on first use, and ``close`` closes them.
+    ``messages_channel`` names the channel kept as an appended history (``"messages"``,
+    the ``add_messages`` channel of ``MessagesState``); ``owner`` is the principal the
+    checkpoints are owned by (listing across threads reads that owner's index).
+    ``store_options`` go to ``open_store``/``open_async_store`` with a URL.
+    """
+
+    def __init__(
+        self,
+        store: str | Store | AsyncStore,
+        *,
+        serde: SerializerProtocol | None = None,
+        messages_channel: str = "messages",
+        owner: str = "langgraph",
+        cache_threads: int = 1024,
+        **store_options: Any,
+    ) -> None:
+        super().__init__(serde=serde)
+        if not owner:
+            raise InvalidArgumentError("owner must be a non-empty string")
+        self.messages_channel = messages_channel
+        self.owner = owner
+        self._url = store if isinstance(store, str) else None
+        if self._url is None and store_options:
+            raise InvalidArgumentError("store options go with a store URL, not a store")
+        self._options = store_options
+        self._sync: Store | None = store if isinstance(store, Store) else None
+        self._async: AsyncStore | None = store if isinstance(store, AsyncStore) else None
+        self._owns_async = False
+        self._lock = threading.Lock()  # the lineage cache's; never held across I/O
+        self._opening = threading.RLock()
+        self._lineages: OrderedDict[_Thread, _Lineage] = OrderedDict()
+        self._capacity = cache_threads
+
+    # -- stores ---------------------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        """The sync store (opened from the URL on first use)."""
+        if self._sync is None:
+            if self._url is None:
+                raise InvalidArgumentError(
+                    "this saver was given an AsyncStore: use the graph's async methods "
+                    "(ainvoke, astream), or give the saver a store URL"
+                )
+            with self._opening:
+                if self._sync is None:
+                    self._sync = open_store(self._url, **self._options)
+        return self._sync
+
+    @property
+    def async_store(self) -> AsyncStore:
+        """The async store: opened from the URL, or running the given ``Store`` on threads
+        of its own."""
+        if self._async is None:
+            with self._opening:
+                if self._async is None:
+                    if self._url is not None and not self._url.startswith("memory:"):
+                        self._async = open_async_store(self._url, **self._options)
+                    else:  # a Store given, or memory:// (each opening is a new store)
+                        self._async = AsyncStore.over(self.store)
+                    self._owns_async = True
+        return self._async
+
+    def close(self) -> None:
+        """Close the stores this saver opened from a URL (a store given to it stays open)."""
+        if self._url is not None and self._sync is not None:
+            self._sync.close()
+
+    async def aclose(self) -> None:
+        if self._owns_async and self._async is not None and self._url is not None:
+            await self._async.close()  # over the sync store on memory://: that closes it too
+        self.close()
+
+    def __enter__(self) -> AgentCheckpointSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> AgentCheckpointSaver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def setup(self) -> None:
+        """Create what the backend needs (PostgreSQL's tables); idempotent."""
+        self.store.setup()
+
+    async def asetup(self) -> None:
+        await self.async_store.setup()
+
+    # -- the BaseCheckpointSaver API -------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._get_tuple(self.store, config)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self.async_store.call(self._get_tuple, config)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        yield from self._list(self.store, config, filter, before, limit)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await self.async_store.call(
+            lambda store: builtins.list(self._list(store, config, filter, before, limit))
+        )
+        for item in found:
+            yield item
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._put(self.store, config, checkpoint, metadata)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self.async_store.call(self._put, config, checkpoint, metadata)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._put_writes(self.store, config, writes, task_id, task_path)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self.async_store.call(self._put_writes, config, writes, task_id, task_path)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._delete_thread(self.store, thread_id)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.async_store.call(self._delete_thread, thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._delete_for_runs(self.store, run_ids)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self.async_store.call(self._delete_for_runs, run_ids)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._copy_thread(self.store, source_thread_id, target_thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self.async_store.call(self._copy_thread, source_thread_id, target_thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._prune(self.store, thread_ids, strategy)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self.async_store.call(self._prune, thread_ids, strategy)
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """As LangGraph's PostgreSQL saver: a zero-padded counter and a random fraction."""
+        if current is None:
+            number = 0
+        elif isinstance(current, int):
+            number = current
+        else:
+            number = int(str(current).split(".")[0])
+        return f"{number + 1:032}.{random.random():016}"
+
+    # -- claims -----------------------------------------------------------------------------
+
+    def claim(self, thread_id: str, worker: str, *, ttl: float) -> Claim:
+        """An exclusive, expiring lease on resuming ``thread_id`` (``Store.claim``): of the
+        workers that claim an interrupted thread, one gets it, the others ``ClaimedError``."""
+        return self.store.claim(_Thread(thread_id, "").first_lineage, worker, ttl=ttl)
+
+    async def aclaim(self, thread_id: str, worker: str, *, ttl: float) -> AsyncClaim:
+        key = _Thread(thread_id, "").first_lineage
+        return await self.async_store.claim(key, worker, ttl=ttl)
+
+    # -- the one implementation, over a Store ------------------------------------------------
+
+    def _put(
+        self,
+        store: Store,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+    ) -> RunnableConfig:
+        thread = _thread_of(config)
+        checkpoint_id = checkpoint["id"]
+        parent = get_checkpoint_id(config)
+        values = dict(checkpoint["channel_values"])
+        messages = values.pop(self.messages_channel, None)
+        if messages is not None and not _is_messages(messages):
+            values[self.messages_channel] = messages
+            messages = None
+        step = metadata.get("step", 0)
+        lineage, revision, count = self._commit(
+            store, thread, checkpoint_id, parent, messages, step if isinstance(step, int) else 0
+        )
+        full_metadata = get_checkpoint_metadata(config, metadata)
+        record: dict[str, Any] = {
+            "thread": thread.thread,
+            "ns": thread.ns,
+            "id": checkpoint_id,
+            "parent": parent,
+            "checkpoint": self._dump_json(
+                {k: v for k, v in checkpoint.items() if k != "channel_values"}
+            ),
+            "values": {k: self._dump(v) for k, v in values.items()},
+            "metadata": self._dump_json(full_metadata),
+        }
+        if messages is not None:
+            record["messages"] = {
+                "channel": self.messages_channel,
+                "lineage": lineage,
+                "revision": revision,
+                "count": count,
+            }
+        run_id = full_metadata.get("run_id")
+        saved_at = _saved_at(checkpoint_id, checkpoint.get("ts"))
+        data = RunCheckpoint(
+            run_id=str(run_id) if run_id is not None else checkpoint_id,
+            history=(),
+            last_completed_iteration=step if isinstance(step, int) else 0,
+            original_input=_Input(""),
+            checkpointed_at=saved_at,
+            identity=Identity(thread.thread, principal=self.owner),
+            agent=AgentRef(thread.tag),
+            extra={"langgraph": record},
+        )
+        store.put(to_envelope(data, saved_at=saved_at), key=thread.checkpoint(checkpoint_id))
+        return {
+            "configurable": {
+                "thread_id": thread.thread,
+                "checkpoint_ns": thread.ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
+
+    def _commit(
+        self,
+        store: Store,
+        thread: _Thread,
+        checkpoint_id: str,
+        parent: str | None,
+        messages: builtins.list[BaseMessage] | None,
+        step: int,
+    ) -> tuple[str, int, int]:
+        """Write the thread's head: the messages appended to its lineage, or a new lineage
+        when they do not extend it; conditional on the revision this saver last saw. The
+        lineage key, its revision and the checkpoint's message count."""
+        seen = self._lineage(store, thread, parent)
+        known = seen.langchain
+        if messages is None:
+            langchain, ours, count = known, seen.ours, 0
+        elif len(messages) >= len(known) and _same(messages[: len(known)], known):
+            added = messages[len(known) :]
+            langchain = (*known, *added)
+            ours = seen.ours + tuple(_to_ours(m) for m in added)
+            count = len(messages)
+        elif _same(messages, known[: len(messages)]):
+            langchain, ours, count = known, seen.ours, len(messages)
+        else:
+            langchain = tuple(messages)
+            ours = tuple(_to_ours(m) for m in messages)
+            count = len(messages)
+            return self._fork(store, thread, seen, checkpoint_id, langchain, ours, step)
+        key = seen.key or thread.first_lineage
+        head = self._head(thread, checkpoint_id, ours, step)
+        try:
+            if seen.key is None:
+                summary = store.put(head, key=key, create_only=True)
+            else:
+                summary = store.put(head, key=key, if_revision=seen.revision)
+        except ConflictError as exc:
+            self._forget(thread)
+            raise _conflict(thread, exc) from exc
+        self._remember(thread, _Lineage(key, summary.revision, langchain, ours))
+        return key, summary.revision, count
+
+    def _fork(
+        self,
+        store: Store,
+        thread: _Thread,
+        seen: _Lineage,
+        checkpoint_id: str,
+        langchain: tuple[BaseMessage, ...],
+        ours: tuple[Message, ...],
+        step: int,
+    ) -> tuple[str, int, int]:
+        """A history that does not extend the lineage: a new lineage for it, after checking
+        (and moving on) the old one's revision, so that a writer still on it conflicts."""
+        head = self._head(thread, checkpoint_id, seen.ours, step)
+        try:
+            if seen.key is not None:
+                store.put(head, key=seen.key, if_revision=seen.revision)
+            key = thread.lineage(checkpoint_id)
+            summary = store.put(
+                self._head(thread, checkpoint_id, ours, step), key=key, create_only=True
+            )
+        except ConflictError as exc:
+            self._forget(thread)
+            raise _conflict(thread, exc) from exc
+        self._remember(thread, _Lineage(key, summary.revision, langchain, ours))
+        return key, summary.revision, len(ours)
+
+    def _head(
+        self, thread: _Thread, checkpoint_id: str, ours: tuple[Message, ...], step: int
+    ) -> RunCheckpoint:
+        asked = next((m.content for m in reversed(ours) if m.role == "user"), "")
+        return RunCheckpoint(
+            run_id=checkpoint_id,
+            history=ours,
+            last_completed_iteration=step,
+            original_input=_Input(asked),
+            identity=Identity(thread.thread),
+            agent=AgentRef(thread.tag),
+            extra={
+                "langgraph": {"thread": thread.thread, "ns": thread.ns, "latest": checkpoint_id}
+            },
+        )
+
+    def _lineage(self, store: Store, thread: _Thread, parent: str | None) -> _Lineage:
+        """The lineage a put extends: this saver's knowledge of the thread, else the lineage
+        of the parent checkpoint (or the thread's first lineage) read from the store."""
+        with self._lock:
+            known = self._lineages.get(thread)
+        if known is not None:
+            return known
+        key = thread.first_lineage
+        if parent is not None:
+            data = store.get_json(thread.checkpoint(parent))
+            ref = _record(data).get("messages") if data is not None else None
+            if isinstance(ref, dict):
+                key = str(ref["lineage"])
+        return self._read_lineage(store, thread, key)
+
+    def _read_lineage(self, store: Store, thread: _Thread, key: str) -> _Lineage:
+        record = store.get_record(key)
+        if record is None:
+            return _NONE
+        ours = store.decode(record).conversation.history
+        lineage = _Lineage(
+            key, record.summary.revision, tuple(_to_langchain(m) for m in ours), ours
+        )
+        self._remember(thread, lineage)
+        return lineage
+
+    def _messages(
+        self, store: Store, thread: _Thread, ref: Mapping[str, Any]
+    ) -> builtins.list[BaseMessage]:
+        key, revision, count = str(ref["lineage"]), int(ref["revision"]), int(ref["count"])
+        with self._lock:
+            known = self._lineages.get(thread)
+        if known is None or known.key != key or known.revision < revision:
+            known = self._read_lineage(store, thread, key)
+        if len(known.langchain) < count:
+            raise ConflictError(
+                f"thread {thread.thread!r}: its messages lineage {key!r} holds "
+                f"{len(known.langchain)} messages, fewer than the {count} its checkpoint saved"
+            )
+        return list(known.langchain[:count])
+
+    def _remember(self, thread: _Thread, lineage: _Lineage) -> None:
+        with self._lock:
+            self._lineages[thread] = lineage
+            self._lineages.move_to_end(thread)
+            while len(self._lineages) > self._capacity:
+                self._lineages.popitem(last=False)
+
+    def _forget(self, thread: _Thread) -> None:
+        with self._lock:
+            self._lineages.pop(thread, None)
+
+    def _forget_thread(self, thread_id: str) -> None:
+        with self._lock:
+            for known in [t for t in self._lineages if t.thread == thread_id]:
+                del self._lineages[known]
+
+    # -- pending writes ---------------------------------------------------------------------
+
+    def _put_writes(
+        self,
+        store: Store,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> None:
+        thread = _thread_of(config)
+        checkpoint_id = get_checkpoint_id(config)
+        if checkpoint_id is None:
+            raise InvalidArgumentError("put_writes needs the config of a stored checkpoint")
+        fresh = {
+            WRITES_IDX_MAP.get(channel, idx): [channel, *self._dump(value)]
+            for idx, (channel, value) in enumerate(writes)
+        }
+        key = thread.writes(checkpoint_id, task_id)
+        saved_at = _id_time(checkpoint_id)
+        if saved_at is None:  # listed beside its checkpoint, at the checkpoint's time
+            head = store.head(thread.checkpoint(checkpoint_id))
+            if head is None:
+                raise InvalidArgumentError(
+                    f"put_writes: no checkpoint {checkpoint_id!r} stored on thread "
+                    f"{thread.thread!r}"
+                )
+            saved_at = head.saved_at
+        for _ in range(_MERGE_TRIES):
+            stored = store.get_record(key)
+            entries: dict[str, Any] = {}
+            if stored is not None:
+                entries = dict(_record(store.decode(stored).to_json())["writes"])
+                # a task's regular writes are written once (a retried task repeats them);
+                # the special channels (error, interrupt...) take the latest
+                merged = {str(i): w for i, w in fresh.items() if i < 0 or str(i) not in entries}
+                if not merged:
+                    return
+                entries.update(merged)
+            else:
+                entries = {str(i): w for i, w in fresh.items()}
+            record = {
+                "thread": thread.thread,
+                "ns": thread.ns,
+                "checkpoint": checkpoint_id,
+                "task": task_id,
+                "path": task_path,
+                "writes": entries,
+            }
+            data = RunCheckpoint(
+                run_id=task_id,
+                history=(),
+                last_completed_iteration=0,
+                original_input=_Input(""),
+                agent=AgentRef(thread.tag),
+                extra={"langgraph": record},
+            )
+            envelope = to_envelope(data, saved_at=saved_at)
+            try:
+                if stored is None:
+                    store.put(envelope, key=key, create_only=True)
+                else:
+                    store.put(envelope, key=key, if_revision=stored.summary.revision)
+                return
+            except ConflictError:
+                continue  # another call of the same task wrote meanwhile: merge again
+        raise ConflictError(f"pending writes {key!r}: {_MERGE_TRIES} concurrent writers in a row")
+
+    def _pending(self, store: Store, summaries: Sequence[Summary]) -> builtins.list[PendingWrite]:
+        found: builtins.list[tuple[tuple[str, str, int], PendingWrite]] = []
+        for summary in summaries:
+            data = store.get_json(summary.key)
+            if data is None:
+                continue  # deleted since it was listed
+            record = _record(data)
+            for idx, (channel, kind, blob) in record["writes"].items():
+                value = self.serde.loads_typed((kind, base64.b64decode(blob)))
+                order = (str(record.get("path", "")), str(record["task"]), int(idx))
+                found.append((order, (str(record["task"]), channel, value)))
+        found.sort(key=lambda item: item[0])
+        return [write for _, write in found]
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _get_tuple(self, store: Store, config: RunnableConfig) -> CheckpointTuple | None:
+        thread = _thread_of(config)
+        checkpoint_id = get_checkpoint_id(config)
+        if checkpoint_id is None:
+            latest = next(self._checkpoints(store, thread), None)
+            if latest is None:
+                return None
+            key = latest.key
+        else:
+            key = thread.checkpoint(checkpoint_id)
+        data = store.get_json(key)
+        if data is None:
+            return None
+        record = _record(data)
+        saved_at = int(cast(int, data["savedAt"]))
+        return self._tuple(store, thread, record, _writes_at(store, thread.tag, key, saved_at))
+
+    def _checkpoints(self, store: Store, thread: _Thread) -> Iterator[Summary]:
+        """The summaries of a thread's checkpoints in one namespace, newest first."""
+        for summary in store.iter_summaries(agent_id=thread.tag, page_size=100):
+            if thread.holds_checkpoint(summary.key):
+                yield summary
+
+    def _list(
+        self,
+        store: Store,
+        config: RunnableConfig | None,
+        filter: Mapping[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Iterator[CheckpointTuple]:
+        if limit is not None and limit <= 0:
+            return
+        before_id = get_checkpoint_id(before) if before is not None else None
+        wanted = config.get("configurable", {}) if config is not None else {}
+        thread_id = wanted.get("thread_id")
+        ns = wanted.get("checkpoint_ns")
+        wanted_id = wanted.get("checkpoint_id")
+        if thread_id is not None:
+            summaries = store.iter_summaries(agent_id=f"langgraph:{thread_id}", page_size=100)
+        else:
+            summaries = store.iter_summaries(owner=self.owner, page_size=100)
+        yielded = 0
+        for group in _by_time(summaries):
+            writes = [s for s in group if "/w/" in s.key]
+            for summary in group:
+                if "/c/" not in summary.key or "/w/" in summary.key:
+                    continue
+                data = store.get_json(summary.key)
+                if data is None:
+                    continue
+                record = _record(data)
+                if thread_id is not None and record["thread"] != str(thread_id):
+                    continue  # another thread whose id makes the same tag: never, but cheap
+                if ns is not None and record["ns"] != ns:
+                    continue
+                if wanted_id is not None and record["id"] != wanted_id:
+                    continue
+                if before_id is not None and not record["id"] < before_id:
+                    continue
+                if filter and not _matches(self._load_json(record["metadata"]), filter):
+                    continue
+                thread = _Thread(str(record["thread"]), str(record["ns"]))
+                if thread_id is None:  # the owner's index lists no writes: ask for them
+                    mine = _writes_at(store, thread.tag, summary.key, summary.saved_at)
+                else:
+                    prefix = summary.key + "/w/"
+                    mine = [s for s in writes if s.key.startswith(prefix)]
+                yield self._tuple(store, thread, record, mine)
+                yielded += 1
+                if limit is not None and yielded >= limit:
+                    return
+
+    def _tuple(
+        self,
+        store: Store,
+        thread: _Thread,
+        record: Mapping[str, Any],
+        writes: Sequence[Summary],
+    ) -> CheckpointTuple:
+        values = {
+            channel: self.serde.loads_typed((kind, base64.b64decode(blob)))
+            for channel, (kind, blob) in record["values"].items()
+        }
+        ref = record.get("messages")
+        if isinstance(ref, dict):
+            values[str(ref["channel"])] = self._messages(store, thread, ref)
+        checkpoint = cast(
+            Checkpoint, {**self._load_json(record["checkpoint"]), "channel_values": values}
+        )
+        parent = record.get("parent")
+        return CheckpointTuple(
+            config=_config(thread, str(record["id"])),
+            checkpoint=checkpoint,
+            metadata=cast(CheckpointMetadata, self._load_json(record["metadata"])),
+            parent_config=_config(thread, str(parent)) if parent else None,
+            pending_writes=self._pending(store, writes),
+        )
+
+    # -- deleting and copying ----------------------------------------------------------------
+
+    def _delete_thread(self, store: Store, thread_id: str) -> None:
+        self._forget_thread(thread_id)
+        for summary in builtins.list(store.iter_summaries(agent_id=f"langgraph:{thread_id}")):
+            store.delete(summary.key)
+        self._forget_thread(thread_id)
+
+    def _delete_for_runs(self, store: Store, run_ids: Sequence[str]) -> None:
+        runs = set(map(str, run_ids))
+        if not runs:
+            return
+        doomed = [s for s in store.iter_summaries(owner=self.owner) if s.run_id in runs]
+        for summary in doomed:
+            for key in self._with_writes(store, summary):
+                store.delete(key)
+
+    def _with_writes(self, store: Store, checkpoint: Summary) -> builtins.list[str]:
+        tag = checkpoint.agent_id or ""
+        writes = _writes_at(store, tag, checkpoint.key, checkpoint.saved_at)
+        return [checkpoint.key, *(s.key for s in writes)]
+
+    def _copy_thread(self, store: Store, source: str, target: str) -> None:
+        summaries = builtins.list(store.iter_summaries(agent_id=f"langgraph:{source}"))
+        renamed: dict[str, str] = {}
+        for summary in reversed(summaries):  # oldest first: a lineage before its checkpoints
+            envelope = store.get_json(summary.key)
+            if envelope is None:
+                continue
+            data = dict(cast(dict[str, Any], envelope["data"]))
+            record = dict(_record(envelope))
+            old = _Thread(str(record["thread"]), str(record["ns"]))
+            new = _Thread(target, old.ns)
+            key = new.base + summary.key[len(old.base) :]
+            renamed[summary.key] = key
+            record["thread"] = target
+            ref = record.get("messages")
+            if isinstance(ref, dict):
+                lineage = renamed.get(str(ref["lineage"]), str(ref["lineage"]))
+                record["messages"] = {**ref, "lineage": lineage, "revision": 0}
+            data["langgraph"] = record
+            data["agent"] = {"id": new.tag}
+            identity = data.get("identity")
+            if isinstance(identity, dict):
+                data["identity"] = {**identity, "conversationId": target}
+            copied = {**envelope, "data": data}
+            store.put(copied, key=key)
+        self._forget_thread(target)
+
+    def _prune(self, store: Store, thread_ids: Sequence[str], strategy: str) -> None:
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidArgumentError(
+                f"prune strategy must be 'keep_latest' or 'delete', not {strategy!r}"
+            )
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self._delete_thread(store, thread_id)
+                continue
+            summaries = builtins.list(store.iter_summaries(agent_id=f"langgraph:{thread_id}"))
+            keep: set[str] = set()  # the latest checkpoint of each namespace, and its messages
+            bases: set[str] = set()
+            for summary in summaries:  # newest first
+                base, kind, _ = summary.key.partition("/c/")
+                if kind and "/w/" not in summary.key and base not in bases:
+                    bases.add(base)
+                    keep.add(summary.key)
+                    data = store.get_json(summary.key)
+                    ref = _record(data).get("messages") if data is not None else None
+                    if isinstance(ref, dict):
+                        keep.add(str(ref["lineage"]))
+            for summary in summaries:
+                key = summary.key
+                owner = key.split("/w/")[0]
+                if key in keep or owner in keep or key.endswith("/m/0"):
+                    continue  # the first lineage stays: a claim on the thread is made on it
+                store.delete(key)
+            self._forget_thread(thread_id)
+
+    # -- values --------------------------------------------------------------------------------
+
+    def _dump(self, value: Any) -> builtins.list[str]:
+        kind, blob = self.serde.dumps_typed(value)
+        return [kind, base64.b64encode(blob).decode("ascii")]
+
+    def _dump_json(self, value: Mapping[str, Any]) -> dict[str, Any]:
+        """``value`` as JSON where it is JSON (readable by any tool), else serialized."""
+        try:
+            return {"json": orjson.loads(orjson.dumps(value))}
+        except TypeError:
+            return {"typed": self._dump(dict(value))}
+
+    def _load_json(self, stored: Mapping[str, Any]) -> dict[str, Any]:
+        if "json" in stored:
+            return dict(stored["json"])
+        kind, blob = stored["typed"]
+        return dict(self.serde.loads_typed((kind, base64.b64decode(blob))))
+
+
+def _record(envelope: Mapping[str, Any]) -> dict[str, Any]:
+    data = envelope["data"]
+    return cast(dict[str, Any], data["langgraph"])
+
+
+def _config(thread: _Thread, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread.thread,
+            "checkpoint_ns": thread.ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def _writes_at(store: Store, tag: str, key: str, saved_at: int) -> list[Summary]:
+    """The pending-writes records of checkpoint ``key``: listed at its time, under its key."""
+    prefix = key + "/w/"
+    found: list[Summary] = []
+    for summary in store.iter_summaries(
+        agent_id=tag, since=saved_at, before=saved_at + 1, page_size=500
+    ):
+        if summary.key.startswith(prefix):
+            found.append(summary)
+    return found
+
+
+def _matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    return all(metadata.get(k) == v for k, v in wanted.items())
+
+
+def _by_time(summaries: Iterator[Summary]) -> Iterator[list[Summary]]:
+    """Summaries grouped by ``saved_at``: a checkpoint and its writes share one."""
+    group: list[Summary] = []
+    for summary in summaries:
+        if group and summary.saved_at != group[0].saved_at:
+            yield group
+            group = []
+        group.append(summary)
+    if group:
+        yield group
+
+
+def _conflict(thread: _Thread, exc: ConflictError) -> ConflictError:
+    where = f" (namespace {thread.ns!r})" if thread.ns else ""
+    return ConflictError(
+        f"thread {thread.thread!r}{where} was written by another writer since this saver "
+        "read it: its checkpoint was not saved. Read the thread again (graph.get_state) "
+        f"and run the step again. {exc}"
+    )

@@ -1,0 +1,404 @@
+"""The LangGraph saver (``agent_checkpoint.integrations.langgraph``) on every backend's real
+server: LangGraph's own conformance suite (``langgraph-checkpoint-conformance``) through the
+async and the sync methods, a real graph interrupted by a failing tool and resumed in another
+process, and what the official savers lack (appended messages, conflicts, claims)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
+from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+from langgraph.graph import START, MessagesState, StateGraph
+from support.langgraph_agent import EXPECTED, QUESTION, build, summary
+from support.store_urls import store_url
+
+from agent_checkpoint import ClaimedError, ConflictError, open_store
+from agent_checkpoint.integrations.langgraph import AgentCheckpointSaver
+
+BACKENDS = ["memory", "disk", "redis", "postgres", "s3"]
+HERE = Path(__file__).parent
+
+
+@contextmanager
+def backend_url(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty store on backend ``name``'s real server, as a URL a child process can open."""
+    if name != "s3":
+        with store_url(name, request, tmp_path) as (url, options):
+            if options:  # Redis: the store's prefix
+                url = f"{url}?{urlencode(options)}"
+            if name == "postgres":
+                with open_store(url) as store:
+                    store.setup()
+            yield url
+    else:
+        from support.seaweed import ACCESS_KEY, REGION, SECRET_KEY
+
+        server = request.getfixturevalue("s3_server")
+        patch = pytest.MonkeyPatch()  # where a child process's AWS client finds them too
+        patch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        patch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        bucket = f"lg-{uuid.uuid4().hex[:10]}"
+        endpoint = getattr(server, "endpoint_url")  # noqa: B009 - the session fixture's type is object
+        try:
+            yield f"s3://{bucket}/threads?endpoint_url={endpoint}&region={REGION}&create_bucket=true"
+        finally:
+            patch.undo()
+            client = server.client()  # type: ignore[attr-defined]
+            with suppress(Exception):
+                client.delete_bucket(Bucket=bucket)  # SeaweedFS drops a non-empty bucket whole
+            client.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with backend_url(request.param, request, tmp_path) as opened:
+        yield opened
+
+
+# -- LangGraph's conformance suite ------------------------------------------------------------
+
+
+class SyncDriven(AgentCheckpointSaver):
+    """The saver's synchronous methods under the (async) conformance suite: each async
+    method calls its sync twin on a thread, as a sync graph would call it."""
+
+    async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(self, config: Any, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
+        for item in await asyncio.to_thread(lambda: list(self.list(config, **kwargs))):
+            yield item
+
+    async def aput(self, *args: Any) -> Any:
+        return await asyncio.to_thread(self.put, *args)
+
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+        await asyncio.to_thread(self.put_writes, *args, **kwargs)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source: str, target: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source, target)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+
+def conformance(url: str, cls: type[AgentCheckpointSaver]) -> dict[str, Any]:
+    @checkpointer_test(name=cls.__name__)
+    async def factory() -> AsyncIterator[AgentCheckpointSaver]:
+        saver = cls(url)
+        yield saver
+        await saver.aclose()
+
+    report = asyncio.run(validate(factory))
+    return {
+        cap: (result.detected, result.passed, result.tests_passed, result.failures)
+        for cap, result in report.results.items()
+    }
+
+
+@pytest.mark.parametrize("cls", [AgentCheckpointSaver, SyncDriven], ids=["async", "sync"])
+def test_langgraph_conformance_passes_every_capability(
+    url: str, cls: type[AgentCheckpointSaver]
+) -> None:
+    results = conformance(url, cls)
+    assert set(results) == {c.value for c in ALL_CAPABILITIES}
+    for cap, (detected, passed, count, failures) in results.items():
+        assert detected, f"{cap} is not implemented"
+        assert passed and count > 0 and not failures, f"{cap}: {failures}"
+
+
+# -- a real graph, interrupted and resumed in another process -----------------------------------
+
+
+def agent_process(url: str, thread: str, mode: str, *flags: str, fail: bool) -> tuple[int, str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path]),
+        "AGENT_TOOL_FAILS": "1" if fail else "0",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "support.langgraph_agent", url, thread, mode, *flags],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode in (0, 3), done.stderr
+    return done.returncode, done.stdout
+
+
+@pytest.mark.parametrize("resume_with", ["sync", "async"])
+def test_a_graph_interrupted_by_a_tool_resumes_in_another_process(
+    url: str, resume_with: str
+) -> None:
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    if url.startswith("memory:"):  # one process: two savers on one store stand for two
+        store = open_store(url)
+        first, second = AgentCheckpointSaver(store), AgentCheckpointSaver(store)
+        os.environ["AGENT_TOOL_FAILS"] = "1"
+        try:
+            with pytest.raises(RuntimeError, match="weather service is down"):
+                build(first).invoke(
+                    {"messages": [HumanMessage(QUESTION, id="human-1")]},
+                    {"configurable": {"thread_id": thread}},
+                )
+        finally:
+            os.environ["AGENT_TOOL_FAILS"] = "0"
+        config = {"configurable": {"thread_id": thread}}
+        if resume_with == "async":
+            result = asyncio.run(build(second).ainvoke(None, config))
+        else:
+            result = build(second).invoke(None, config)
+        assert summary(result["messages"]) == EXPECTED
+        return
+    status, _ = agent_process(url, thread, "start", fail=True)
+    assert status == 3  # the tool raised: the run stopped after checkpointing the step before
+    with AgentCheckpointSaver(url) as saver:
+        stopped = saver.get_tuple({"configurable": {"thread_id": thread}})
+        assert stopped is not None
+        assert [m.type for m in stopped.checkpoint["channel_values"]["messages"]] == [
+            "human",
+            "ai",
+            "tool",
+            "ai",
+        ]
+        assert any(channel == "__error__" for _, channel, _ in stopped.pending_writes or [])
+    flags = ("async",) if resume_with == "async" else ()
+    status, out = agent_process(url, thread, "resume", *flags, fail=False)
+    assert status == 0
+    assert [tuple(m) for m in json.loads(out)] == EXPECTED
+    with AgentCheckpointSaver(url) as saver:
+        final = saver.get_tuple({"configurable": {"thread_id": thread}})
+        assert final is not None
+        assert summary(final.checkpoint["channel_values"]["messages"]) == EXPECTED
+
+
+# -- what the saver adds ----------------------------------------------------------------------
+
+
+def chat_graph(saver: AgentCheckpointSaver, meanwhile: Any = None) -> Any:
+    """One reply per user message: a conversation grows by two messages per turn.
+    ``meanwhile()`` runs inside the step, before the reply."""
+
+    def reply(state: MessagesState) -> dict[str, Any]:
+        if meanwhile is not None:
+            meanwhile()
+        last = state["messages"][-1]
+        return {"messages": [AIMessage(f"echo: {last.text}", id=f"ai-{last.id}")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("reply", reply)
+    graph.add_edge(START, "reply")
+    return graph.compile(checkpointer=saver)
+
+
+def test_a_step_writes_only_the_messages_it_added(tmp_path: Path) -> None:
+    """The messages live in one appended history: the checkpoint records stay the same size
+    however long the conversation grows, and the history grows by the new messages alone."""
+    store = open_store(str(tmp_path / "store"))
+    saver = AgentCheckpointSaver(store)
+    graph = chat_graph(saver)
+    config = {"configurable": {"thread_id": "long"}}
+    sizes: list[tuple[int, int]] = []
+    for turn in range(40):
+        graph.invoke(
+            {"messages": [HumanMessage(f"message {turn} " + "x" * 200, id=f"h{turn}")]}, config
+        )
+        summaries = list(store.iter_summaries(agent_id="langgraph:long"))
+        lineage = [s for s in summaries if "/m/" in s.key]
+        latest = next(s for s in summaries if "/c/" in s.key and "/w/" not in s.key)
+        assert len(lineage) == 1  # one history, appended to
+        sizes.append((latest.size, lineage[0].size))
+    checkpoint_sizes = [c for c, _ in sizes[5:]]
+    assert max(checkpoint_sizes) - min(checkpoint_sizes) < 200  # no messages in them
+    growth = [b - a for (_, a), (_, b) in itertools.pairwise(sizes)]
+    assert max(growth[5:]) < 2 * min(growth[5:])  # each turn adds what it added, no more
+    tup = saver.get_tuple(config)
+    assert tup is not None
+    messages = tup.checkpoint["channel_values"]["messages"]
+    assert len(messages) == 80 and messages[-1].text == "echo: message 39 " + "x" * 200
+    history = store.get(
+        next(s.key for s in store.iter_summaries(agent_id="langgraph:long") if "/m/" in s.key)
+    )
+    assert history is not None and len(history.history) == 80
+    assert history.history[0].role == "user" and history.history[1].role == "assistant"
+
+
+def test_every_checkpoint_keeps_its_messages_across_a_removal(tmp_path: Path) -> None:
+    """Removing a message starts a new lineage; older checkpoints read theirs unchanged."""
+    saver = AgentCheckpointSaver(str(tmp_path / "store"))
+    graph = chat_graph(saver)
+    config = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"messages": [HumanMessage("one", id="h1")]}, config)
+    graph.invoke({"messages": [HumanMessage("two", id="h2")]}, config)
+    graph.update_state(config, {"messages": [RemoveMessage(id="h1")]})
+    graph.invoke({"messages": [HumanMessage("three", id="h3")]}, config)
+    history = [
+        [m.id for m in t.checkpoint["channel_values"].get("messages", [])]
+        for t in saver.list(config)
+    ]
+    assert history[0] == ["ai-h1", "h2", "ai-h2", "h3", "ai-h3"]
+    assert ["h1", "ai-h1", "h2", "ai-h2"] in history  # before the removal, as it was
+    assert ["h1", "ai-h1"] in history
+
+
+def test_langchain_messages_round_trip_exactly(tmp_path: Path) -> None:
+    messages = [
+        HumanMessage("hi", id="1", additional_kwargs={"lang": "en"}),
+        AIMessage(
+            content=[{"type": "text", "text": "let me look"}],
+            id="2",
+            tool_calls=[{"name": "search", "args": {"q": "x"}, "id": "c1", "type": "tool_call"}],
+            response_metadata={"model": "fake"},
+            usage_metadata={"input_tokens": 3, "output_tokens": 4, "total_tokens": 7},
+        ),
+        ToolMessage("found", tool_call_id="c1", name="search", id="3", artifact={"n": 1}),
+        AIMessage("done", id="4", name="helper"),
+    ]
+    saver = AgentCheckpointSaver(str(tmp_path / "store"))
+    graph = StateGraph(MessagesState)
+    graph.add_node("noop", lambda state: {})
+    graph.add_edge(START, "noop")
+    compiled = graph.compile(checkpointer=saver)
+    compiled.invoke({"messages": messages}, {"configurable": {"thread_id": "rt"}})
+    fresh = AgentCheckpointSaver(str(tmp_path / "store"))  # nothing cached: read back
+    tup = fresh.get_tuple({"configurable": {"thread_id": "rt"}})
+    assert tup is not None
+    assert tup.checkpoint["channel_values"]["messages"] == messages
+    history = open_store(str(tmp_path / "store")).get(
+        next(s.key for s in fresh.store.iter_summaries(agent_id="langgraph:rt") if "/m/" in s.key)
+    )
+    assert history is not None
+    assert [(m.role, m.content) for m in history.history] == [
+        ("user", "hi"),
+        ("assistant", "let me look"),
+        ("tool", "found"),
+        ("assistant", "done"),
+    ]
+    assert history.history[1].tool_calls is not None
+    assert history.history[1].tool_calls[0].name == "search"
+
+
+@pytest.mark.parametrize("name", ["redis", "postgres"])
+def test_a_second_writer_on_a_thread_gets_a_conflict_not_a_fork(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Two workers read the thread; one runs a step; the other's step is refused with
+    ConflictError (the graph's invoke raises it), and the thread is not forked."""
+    with backend_url(name, request, tmp_path) as url:
+        conflicted(url)
+
+
+def conflicted(url: str) -> None:
+    first, second = AgentCheckpointSaver(url), AgentCheckpointSaver(url)
+    config = {"configurable": {"thread_id": "shared"}}
+    chat_graph(first).invoke({"messages": [HumanMessage("one", id="h1")]}, config)
+
+    def first_worker_runs_a_step() -> None:
+        step = {"messages": [HumanMessage("two", id="h2")]}
+        chat_graph(first).invoke(step, config, durability="sync")
+
+    # the second worker reads the thread and checkpoints its input; while its step runs,
+    # the first worker runs a whole step; the second's reply is then refused (each put
+    # lands before the graph goes on: durability="sync" makes the interleaving certain)
+    racing = chat_graph(second, meanwhile=first_worker_runs_a_step)
+    with pytest.raises(ConflictError, match="was written by another writer"):
+        step = {"messages": [HumanMessage("three", id="h3")]}
+        racing.invoke(step, config, durability="sync")
+    latest = first.get_tuple(config)
+    assert latest is not None
+    ids = [m.id for m in latest.checkpoint["channel_values"]["messages"]]
+    assert ids == ["h1", "ai-h1", "h3", "h2", "ai-h2"]  # the second's input, then the first's step
+    every = {
+        m.id for t in first.list(config) for m in t.checkpoint["channel_values"].get("messages", [])
+    }
+    assert "ai-h3" not in every  # the refused reply is nowhere: no fork
+    # having read the thread again, the second worker continues it
+    chat_graph(second).invoke({"messages": [HumanMessage("four", id="h4")]}, config)
+    final = first.get_tuple(config)
+    assert final is not None
+    assert [m.id for m in final.checkpoint["channel_values"]["messages"]][-2:] == ["h4", "ai-h4"]
+
+
+def test_one_worker_of_two_claims_an_interrupted_thread(tmp_path: Path) -> None:
+    saver = AgentCheckpointSaver(str(tmp_path / "store"))
+    other = AgentCheckpointSaver(str(tmp_path / "store"))
+    chat_graph(saver).invoke(
+        {"messages": [HumanMessage("hi", id="h1")]}, {"configurable": {"thread_id": "job"}}
+    )
+    with saver.claim("job", "worker-a", ttl=30), pytest.raises(ClaimedError):
+        other.claim("job", "worker-b", ttl=30)
+    with other.claim("job", "worker-b", ttl=30) as lease:  # released: the next worker's turn
+        assert lease.worker == "worker-b"
+
+
+def test_threads_list_newest_first_across_threads(tmp_path: Path) -> None:
+    saver = AgentCheckpointSaver(str(tmp_path / "store"))
+    graph = chat_graph(saver)
+    for i in range(5):
+        graph.invoke(
+            {"messages": [HumanMessage(f"hi {i}", id=f"h{i}")]},
+            {"configurable": {"thread_id": f"thread-{i}"}},
+        )
+    newest = list(saver.list(None, limit=3))
+    assert [t.config["configurable"]["thread_id"] for t in newest] == [
+        "thread-4",
+        "thread-4",
+        "thread-4",
+    ]
+    latest_per_thread = []
+    for tup in saver.list(None):
+        thread = tup.config["configurable"]["thread_id"]
+        if thread not in latest_per_thread:
+            latest_per_thread.append(thread)
+    assert latest_per_thread == [f"thread-{i}" for i in reversed(range(5))]
+
+
+def test_a_config_without_a_thread_is_refused_by_name(tmp_path: Path) -> None:
+    saver = AgentCheckpointSaver(str(tmp_path / "store"))
+    with pytest.raises(Exception, match="names no thread"):
+        saver.get_tuple({"configurable": {}})
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    from support.redis_server import RedisClusterServers, need_redis_server
+
+    need_redis_server()
+    servers = RedisClusterServers(3)
+    servers.start()
+    yield servers
+    servers.cleanup()
+
+
+@pytest.mark.parametrize("cls", [AgentCheckpointSaver, SyncDriven], ids=["async", "sync"])
+def test_langgraph_conformance_on_redis_cluster(
+    cluster: Any, cls: type[AgentCheckpointSaver]
+) -> None:
+    """Plain Redis Cluster, no modules: every key of a store shares its hash tag, so no
+    command crosses slots (the official Redis saver's CROSSSLOT errors)."""
+    url = f"{cluster.url}?cluster=true&prefix=lg-{uuid.uuid4().hex[:12]}"
+    results = conformance(url, cls)
+    for cap, (detected, passed, count, failures) in results.items():
+        assert detected and passed and count > 0 and not failures, f"{cap}: {failures}"
