@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -19,6 +20,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+import redis
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.conformance import checkpointer_test, validate
@@ -27,8 +29,8 @@ from langgraph.graph import START, MessagesState, StateGraph
 from support.langgraph_agent import EXPECTED, QUESTION, build, summary
 from support.store_urls import store_url
 
-from agent_checkpoint import ClaimedError, ConflictError, open_store
-from agent_checkpoint.integrations.langgraph import AgentCheckpointSaver
+from agent_checkpoint import ClaimedError, ConflictError, InvalidArgumentError, open_store
+from agent_checkpoint.integrations.langgraph import AgentCheckpointSaver, server_checkpointer
 
 BACKENDS = ["memory", "disk", "redis", "postgres", "s3"]
 HERE = Path(__file__).parent
@@ -402,3 +404,73 @@ def test_langgraph_conformance_on_redis_cluster(
     results = conformance(url, cls)
     for cap, (detected, passed, count, failures) in results.items():
         assert detected and passed and count > 0 and not failures, f"{cap}: {failures}"
+
+
+def test_ttl_on_redis_expires_every_key_the_saver_writes(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    with backend_url("redis", request, tmp_path) as url:
+        saver = AgentCheckpointSaver(url, ttl={"default_ttl": 30})
+        chat_graph(saver).invoke(
+            {"messages": [HumanMessage("hi", id="h1")]}, {"configurable": {"thread_id": "ttl"}}
+        )
+        client = redis.Redis.from_url(url.split("?")[0])
+        prefix = url.split("prefix=")[1]
+        keys = list(client.scan_iter(match="{" + prefix + "}*", count=1000))
+        records = [k for k in keys if b"langgraph" in k]
+        assert records  # the thread's head, its checkpoints and its writes
+        for key in records:
+            assert 0 < client.pttl(key) <= 30 * 60 * 1000, key
+        client.close()
+
+
+def test_sweep_deletes_what_is_older_than_the_ttl(tmp_path: Path) -> None:
+    saver = AgentCheckpointSaver(str(tmp_path / "store"), ttl={"default_ttl": 0.001})  # 60 ms
+    graph = chat_graph(saver)
+    graph.invoke({"messages": [HumanMessage("old", id="h1")]}, {"configurable": {"thread_id": "a"}})
+    time.sleep(0.2)
+    graph.invoke({"messages": [HumanMessage("new", id="h2")]}, {"configurable": {"thread_id": "b"}})
+    assert saver.sweep() > 0
+    assert saver.get_tuple({"configurable": {"thread_id": "a"}}) is None
+    assert list(saver.store.iter_summaries(agent_id="langgraph:a")) == []
+    kept = saver.get_tuple({"configurable": {"thread_id": "b"}})
+    assert kept is not None and [m.id for m in kept.checkpoint["channel_values"]["messages"]] == [
+        "h2",
+        "ai-h2",
+    ]
+    with pytest.raises(InvalidArgumentError, match="default_ttl"):
+        AgentCheckpointSaver(str(tmp_path / "store"), ttl={"default_ttl": -1})
+
+
+def test_the_server_entry_point_opens_the_store_the_environment_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENT_CHECKPOINT_STORE", str(tmp_path / "server-store"))
+    monkeypatch.setenv("AGENT_CHECKPOINT_TTL_MINUTES", "60")
+
+    async def serve() -> list[str]:
+        async with server_checkpointer() as saver:
+            assert saver.ttl_seconds == 3600
+            graph = chat_graph(saver)
+            out = await graph.ainvoke(
+                {"messages": [HumanMessage("hi", id="h1")]}, {"configurable": {"thread_id": "s"}}
+            )
+            return [m.id for m in out["messages"]]
+
+    assert asyncio.run(serve()) == ["h1", "ai-h1"]
+    stored = AgentCheckpointSaver(str(tmp_path / "server-store"))
+    assert stored.get_tuple({"configurable": {"thread_id": "s"}}) is not None
+
+
+def test_a_thread_can_be_claimed_after_its_first_lineage_was_swept(tmp_path: Path) -> None:
+    saver = AgentCheckpointSaver(str(tmp_path / "store"))
+    graph = chat_graph(saver)
+    config = {"configurable": {"thread_id": "forked"}}
+    graph.invoke({"messages": [HumanMessage("one", id="h1")]}, config)
+    graph.update_state(config, {"messages": [RemoveMessage(id="h1")]})  # a new lineage
+    saver.store.delete("langgraph/forked/-/m/0")
+    with saver.claim("forked", "worker", ttl=10) as lease:
+        assert lease.worker == "worker"
+    latest = saver.get_tuple(config)
+    assert latest is not None
+    assert [m.id for m in latest.checkpoint["channel_values"]["messages"]] == ["ai-h1"]

@@ -396,7 +396,41 @@ def test_expiry_is_refreshed_on_every_key_of_a_record_by_each_write(
         for filters in ({}, {"owner": "al"}, {"agent_id": "billing"}, {"phase": "llm"}):
             assert [s.key for s in store.list(**filters)] == ["k"]
         volatile = sorted(k for k in store_keys(client, prefix) if client.ttl(k) > 0)
-        assert volatile == [f"{{{prefix}}}:r:k".encode()]  # a short history has no pieces
+        # the record (a short history has no pieces) and every index it is in, which expire
+        # with the last record written into them; only the revision counter never expires
+        names = ["a:billing", "f", "ix", "new", "o:al", "old", "p:llm", "r:k"]
+        assert volatile == [f"{{{prefix}}}:{name}".encode() for name in names]
+        assert client.ttl(f"{{{prefix}}}:rev") == -1
+
+
+def test_with_a_ttl_no_key_outlives_the_records_but_the_revision_counter(
+    client: redis.Redis, prefix: str
+) -> None:
+    with open_store(REDIS_URL, prefix=prefix, ttl=1) as store:
+        for i in range(3):
+            store.put(checkpoint(principal=f"p{i}", agent=f"a{i}", text="x"), key=f"k{i}")
+        deadline = time.monotonic() + 10
+        while len(store_keys(client, prefix)) > 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert store_keys(client, prefix) == [f"{{{prefix}}}:rev".encode()]
+        store.put(checkpoint(text="again"), key="k0")  # a revision past every one issued
+        head = store.head("k0")
+        assert head is not None and head.revision > 3
+
+
+def test_an_index_holding_records_without_a_ttl_never_expires(
+    client: redis.Redis, prefix: str
+) -> None:
+    with open_store(REDIS_URL, prefix=prefix) as kept:
+        kept.put(checkpoint(principal="al", agent="billing", text="kept"), key="kept")
+    with open_store(REDIS_URL, prefix=prefix, ttl=1) as brief:
+        brief.put(checkpoint(principal="al", agent="billing", text="brief"), key="brief")
+        assert client.ttl(f"{{{prefix}}}:a:billing") == -1
+        deadline = time.monotonic() + 10
+        while brief.head("brief") is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for filters in ({}, {"owner": "al"}, {"agent_id": "billing"}):
+            assert [s.key for s in brief.list(**filters)] == ["kept"]
 
 
 def test_a_history_in_pieces_outlives_the_first_deadline_and_expiry_leaves_only_orphans(

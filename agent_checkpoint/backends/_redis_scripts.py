@@ -92,13 +92,33 @@ if phase then table.insert(f, "phase"); table.insert(f, phase) end
 if iter then table.insert(f, "iter"); table.insert(f, iter) end
 redis.call("HSET", rec, unpack(f))
 if ttl > 0 then redis.call("PEXPIRE", rec, ttl) end
+-- With a ttl, an index expires with the last record written into it (each write moves its
+-- expiry on, never back); an index already kept for ever (records without a ttl in it) stays
+-- so, and a write without a ttl makes one kept for ever again.
+local function refresh(ix, before)
+  if ttl > 0 then
+    if before == -2 or (before >= 0 and before < ttl) then redis.call("PEXPIRE", ix, ttl) end
+  elseif before >= 0 then
+    redis.call("PERSIST", ix)
+  end
+end
+local function zput(ix, member)
+  local before = redis.call("PTTL", ix)
+  redis.call("ZADD", ix, 0, member)
+  refresh(ix, before)
+end
 local n = sn .. ":" .. key
-redis.call("ZADD", base .. "new", 0, n)
-redis.call("ZADD", base .. "old", 0, so .. ":" .. key)
-local function add(ix) redis.call("ZADD", ix, 0, n); redis.call("SADD", base .. "ix", ix) end
+zput(base .. "new", n)
+zput(base .. "old", so .. ":" .. key)
+local function add(ix)
+  zput(ix, n)
+  local before = redis.call("PTTL", base .. "ix")
+  redis.call("SADD", base .. "ix", ix)
+  refresh(base .. "ix", before)
+end
 if owner then add(base .. "o:" .. owner) end
 if agent then add(base .. "a:" .. agent) end
-if phase then redis.call("ZADD", base .. "f", 0, n); add(base .. "p:" .. phase) end
+if phase then zput(base .. "f", n); add(base .. "p:" .. phase) end
 return {"ok", newrev, owner}
 """
 )

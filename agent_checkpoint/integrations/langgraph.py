@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import base64
 import builtins
+import os
 import random
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import suppress
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -67,6 +68,8 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from agent_checkpoint import (
+    DEFAULT_STORE_PATH,
+    STORE_ENV,
     AgentRef,
     AsyncClaim,
     AsyncStore,
@@ -85,7 +88,10 @@ from agent_checkpoint import (
 )
 from agent_checkpoint import OriginalInput as _Input
 
-__all__ = ["AgentCheckpointSaver"]
+__all__ = ["AgentCheckpointSaver", "server_checkpointer"]
+
+TTL_ENV = "AGENT_CHECKPOINT_TTL_MINUTES"
+SWEEP_SECONDS = 300.0
 
 _ROOT = "-"  # the root namespace ("") in a key
 _UUID_EPOCH = 0x01B21DD213814000  # 1582-10-15 to 1970-01-01 in 100 ns ticks (RFC 9562)
@@ -270,6 +276,13 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
     the ``add_messages`` channel of ``MessagesState``); ``owner`` is the principal the
     checkpoints are owned by (listing across threads reads that owner's index).
     ``store_options`` go to ``open_store``/``open_async_store`` with a URL.
+
+    ``ttl`` is LangGraph's TTL setting (``{"default_ttl": minutes}``, as its Redis saver and
+    its server's ``checkpointer.ttl`` take it), mapped onto the store's retention: on a
+    ``redis://`` URL every key the saver writes expires ``default_ttl`` after its last write
+    (the store's native expiry, segments of long histories included), so a thread lives on
+    while it is written to; elsewhere ``sweep()`` deletes what was last written longer ago
+    than that (run it on a schedule; the server entry point ``lifespan`` does).
     """
 
     def __init__(
@@ -279,12 +292,17 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
         messages_channel: str = "messages",
         owner: str = "langgraph",
+        ttl: Mapping[str, Any] | None = None,
         cache_threads: int = 1024,
         **store_options: Any,
     ) -> None:
         super().__init__(serde=serde)
         if not owner:
             raise InvalidArgumentError("owner must be a non-empty string")
+        self.ttl_seconds = _ttl_seconds(ttl)
+        native = isinstance(store, str) and store.startswith(("redis://", "rediss://"))
+        if self.ttl_seconds is not None and native and "ttl" not in store_options:
+            store_options = {**store_options, "ttl": self.ttl_seconds}  # Redis expires keys
         self.messages_channel = messages_channel
         self.owner = owner
         self._url = store if isinstance(store, str) else None
@@ -460,16 +478,43 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             number = int(str(current).split(".")[0])
         return f"{number + 1:032}.{random.random():016}"
 
-    # -- claims -----------------------------------------------------------------------------
+    # -- retention and claims ----------------------------------------------------------------
+
+    def sweep(self, *, limit: int = 1000) -> int:
+        """Delete what was last written more than ``ttl`` ago (old checkpoints, their writes,
+        idle threads), at most ``limit`` records a call, oldest first; the number deleted.
+        A no-op without ``ttl``."""
+        return self._sweep(self.store, limit)
+
+    async def asweep(self, *, limit: int = 1000) -> int:
+        return await self.async_store.call(self._sweep, limit)
 
     def claim(self, thread_id: str, worker: str, *, ttl: float) -> Claim:
         """An exclusive, expiring lease on resuming ``thread_id`` (``Store.claim``): of the
         workers that claim an interrupted thread, one gets it, the others ``ClaimedError``."""
-        return self.store.claim(_Thread(thread_id, "").first_lineage, worker, ttl=ttl)
+        return self.store.claim(self._claimable(self.store, thread_id), worker, ttl=ttl)
 
     async def aclaim(self, thread_id: str, worker: str, *, ttl: float) -> AsyncClaim:
-        key = _Thread(thread_id, "").first_lineage
+        key = await self.async_store.call(self._claimable, thread_id)
         return await self.async_store.claim(key, worker, ttl=ttl)
+
+    def _claimable(self, store: Store, thread_id: str) -> str:
+        """The key a claim on the thread is made on: its first lineage, put back (empty) if
+        retention or pruning removed it while the thread lives on."""
+        thread = _Thread(thread_id, "")
+        key = thread.first_lineage
+        if store.head(key) is None and next(self._checkpoints(store, thread), None) is not None:
+            with suppress(ConflictError):  # another worker put it back first
+                store.put(self._head(thread, "", (), 0), key=key, create_only=True)
+        return key
+
+    def _sweep(self, store: Store, limit: int) -> int:
+        if self.ttl_seconds is None:
+            return 0
+        cutoff = datetime.now().timestamp() - self.ttl_seconds
+        with self._lock:
+            self._lineages.clear()  # what it knew may be gone: read again
+        return store.forget_older_than(cutoff * 1000, limit=limit).forgotten
 
     # -- the one implementation, over a Store ------------------------------------------------
 
@@ -951,6 +996,59 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             return dict(stored["json"])
         kind, blob = stored["typed"]
         return dict(self.serde.loads_typed((kind, base64.b64decode(blob))))
+
+
+@asynccontextmanager
+async def server_checkpointer() -> AsyncIterator[AgentCheckpointSaver]:
+    """The checkpointer for LangGraph's server: in ``langgraph.json``,
+    ``"checkpointer": {"path": "agent_checkpoint.integrations.langgraph:server_checkpointer"}``.
+
+    A saver on the store ``$AGENT_CHECKPOINT_STORE`` names (a disk store in
+    ``./.agent-checkpoints`` without it), set up (PostgreSQL's tables) and closed with the
+    server. ``$AGENT_CHECKPOINT_TTL_MINUTES`` sets its ``ttl``; where the backend has no
+    native expiry, a task sweeps every five minutes while the server runs."""
+    import asyncio
+
+    minutes = os.environ.get(TTL_ENV)
+    try:
+        ttl = {"default_ttl": float(minutes)} if minutes else None
+    except ValueError:
+        raise InvalidArgumentError(
+            f"${TTL_ENV} must be a number of minutes, got {minutes!r}"
+        ) from None
+    url = os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
+    saver = AgentCheckpointSaver(url, ttl=ttl)
+    await saver.asetup()
+
+    async def sweeping() -> None:
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            while await saver.asweep() > 0:
+                pass
+
+    native = url.startswith(("redis://", "rediss://"))
+    sweeper = asyncio.ensure_future(sweeping()) if ttl and not native else None
+    try:
+        yield saver
+    finally:
+        if sweeper is not None:
+            sweeper.cancel()
+            with suppress(asyncio.CancelledError):
+                await sweeper
+        await saver.aclose()
+
+
+def _ttl_seconds(ttl: Mapping[str, Any] | None) -> float | None:
+    if ttl is None:
+        return None
+    minutes = ttl.get("default_ttl")
+    if minutes is None:
+        return None
+    if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or minutes <= 0:
+        raise InvalidArgumentError(
+            f"ttl['default_ttl'] must be a positive number of minutes, got {minutes!r}"
+        )
+    return float(minutes) * 60
 
 
 def _record(envelope: Mapping[str, Any]) -> dict[str, Any]:
