@@ -425,11 +425,14 @@ def test_ttl_on_redis_expires_every_key_the_saver_writes(
 
 
 def test_sweep_deletes_what_is_older_than_the_ttl(tmp_path: Path) -> None:
-    saver = AgentCheckpointSaver(str(tmp_path / "store"), ttl={"default_ttl": 0.001})  # 60 ms
+    saver = AgentCheckpointSaver(str(tmp_path / "store"), ttl={"default_ttl": 60})
     graph = chat_graph(saver)
     graph.invoke({"messages": [HumanMessage("old", id="h1")]}, {"configurable": {"thread_id": "a"}})
-    time.sleep(0.2)
+    time.sleep(0.05)
+    between = time.time()
+    time.sleep(0.05)
     graph.invoke({"messages": [HumanMessage("new", id="h2")]}, {"configurable": {"thread_id": "b"}})
+    saver.ttl_seconds = time.time() - between  # the ttl that makes thread a, and only a, old
     assert saver.sweep() > 0
     assert saver.get_tuple({"configurable": {"thread_id": "a"}}) is None
     assert list(saver.store.iter_summaries(agent_id="langgraph:a")) == []
@@ -474,3 +477,57 @@ def test_a_thread_can_be_claimed_after_its_first_lineage_was_swept(tmp_path: Pat
     latest = saver.get_tuple(config)
     assert latest is not None
     assert [m.id for m in latest.checkpoint["channel_values"]["messages"]] == ["ai-h1"]
+
+
+def test_two_runs_of_one_thread_through_one_saver_conflict_too(tmp_path: Path) -> None:
+    saver = AgentCheckpointSaver(str(tmp_path / "store"))
+    config = {"configurable": {"thread_id": "busy"}}
+    chat_graph(saver).invoke({"messages": [HumanMessage("one", id="h1")]}, config)
+
+    def another_run() -> None:
+        step = {"messages": [HumanMessage("two", id="h2")]}
+        chat_graph(saver).invoke(step, config, durability="sync")
+
+    racing = chat_graph(saver, meanwhile=another_run)
+    with pytest.raises(ConflictError, match="the thread's latest is now"):
+        racing.invoke({"messages": [HumanMessage("three", id="h3")]}, config, durability="sync")
+    latest = saver.get_tuple(config)
+    assert latest is not None
+    ids = [m.id for m in latest.checkpoint["channel_values"]["messages"]]
+    assert ids == ["h1", "ai-h1", "h3", "h2", "ai-h2"]
+
+
+def test_time_travel_branches_from_a_checkpoint_named_by_id(tmp_path: Path) -> None:
+    saver = AgentCheckpointSaver(str(tmp_path / "store"))
+    graph = chat_graph(saver)
+    config = {"configurable": {"thread_id": "tt"}}
+    graph.invoke({"messages": [HumanMessage("one", id="h1")]}, config)
+    graph.invoke({"messages": [HumanMessage("two", id="h2")]}, config)
+    after_one = next(
+        s.config
+        for s in graph.get_state_history(config)
+        if [m.id for m in s.values.get("messages", [])] == ["h1", "ai-h1"]
+    )
+    branched = graph.invoke({"messages": [HumanMessage("other", id="h9")]}, after_one)
+    assert [m.id for m in branched["messages"]] == ["h1", "ai-h1", "h9", "ai-h9"]
+    latest = saver.get_tuple(config)
+    assert latest is not None
+    assert [m.id for m in latest.checkpoint["channel_values"]["messages"]][-1] == "ai-h9"
+    histories = [
+        [m.id for m in s.values.get("messages", [])] for s in graph.get_state_history(config)
+    ]
+    assert ["h1", "ai-h1", "h2", "ai-h2"] in histories  # the first branch is still there
+
+
+@pytest.mark.parametrize("durability", ["exit", "async", "sync"])
+def test_every_durability_mode_continues_a_thread(tmp_path: Path, durability: str) -> None:
+    saver = AgentCheckpointSaver(str(tmp_path / "store"))
+    config = {"configurable": {"thread_id": "d"}}
+    for i in range(3):
+        out = chat_graph(saver).invoke(
+            {"messages": [HumanMessage(f"m{i}", id=f"h{i}")]}, config, durability=durability
+        )
+    assert [m.id for m in out["messages"]] == ["h0", "ai-h0", "h1", "ai-h1", "h2", "ai-h2"]
+    fresh = AgentCheckpointSaver(str(tmp_path / "store"))
+    latest = fresh.get_tuple(config)
+    assert latest is not None and len(latest.checkpoint["channel_values"]["messages"]) == 6

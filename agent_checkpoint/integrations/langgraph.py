@@ -258,9 +258,11 @@ class _Lineage:
     revision: int
     langchain: tuple[BaseMessage, ...]
     ours: tuple[Message, ...]
+    latest: str | None  # the thread's latest checkpoint id, as the lineage's head says
 
 
-_NONE = _Lineage(None, 0, (), ())
+_NONE = _Lineage(None, 0, (), (), None)
+_ASKED = 4096  # checkpoints read by id (time travel) a saver remembers
 
 
 # -- the saver ----------------------------------------------------------------------------
@@ -315,6 +317,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         self._lock = threading.Lock()  # the lineage cache's; never held across I/O
         self._opening = threading.RLock()
         self._lineages: OrderedDict[_Thread, _Lineage] = OrderedDict()
+        self._asked: OrderedDict[tuple[_Thread, str], None] = OrderedDict()
         self._capacity = cache_threads
 
     # -- stores ---------------------------------------------------------------------------
@@ -590,6 +593,20 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         when they do not extend it; conditional on the revision this saver last saw. The
         lineage key, its revision and the checkpoint's message count."""
         seen = self._lineage(store, thread, parent)
+        if (
+            parent is not None
+            and seen.latest not in (None, parent)
+            and not self._was_asked(thread, parent)
+        ):
+            # A step from a checkpoint that is no longer the latest, which the graph did not
+            # ask for by id (time travel): another run wrote the thread since this one read it.
+            self._forget(thread)
+            raise _conflict(
+                thread,
+                f"this step continues checkpoint {parent!r}, but the thread's latest is now "
+                f"{seen.latest!r} (to branch from an older checkpoint on purpose, name it: "
+                "pass its checkpoint_id in the config).",
+            )
         known = seen.langchain
         if messages is None:
             langchain, ours, count = known, seen.ours, 0
@@ -614,8 +631,8 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 summary = store.put(head, key=key, if_revision=seen.revision)
         except ConflictError as exc:
             self._forget(thread)
-            raise _conflict(thread, exc) from exc
-        self._remember(thread, _Lineage(key, summary.revision, langchain, ours))
+            raise _conflict(thread, str(exc)) from exc
+        self._remember(thread, _Lineage(key, summary.revision, langchain, ours, checkpoint_id))
         return key, summary.revision, count
 
     def _fork(
@@ -640,8 +657,8 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             )
         except ConflictError as exc:
             self._forget(thread)
-            raise _conflict(thread, exc) from exc
-        self._remember(thread, _Lineage(key, summary.revision, langchain, ours))
+            raise _conflict(thread, str(exc)) from exc
+        self._remember(thread, _Lineage(key, summary.revision, langchain, ours, checkpoint_id))
         return key, summary.revision, len(ours)
 
     def _head(
@@ -679,9 +696,15 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         record = store.get_record(key)
         if record is None:
             return _NONE
-        ours = store.decode(record).conversation.history
+        head = store.decode(record).conversation
+        ours = head.history
+        latest = cast(dict[str, Any], head.extra.get("langgraph") or {}).get("latest")
         lineage = _Lineage(
-            key, record.summary.revision, tuple(_to_langchain(m) for m in ours), ours
+            key,
+            record.summary.revision,
+            tuple(_to_langchain(m) for m in ours),
+            ours,
+            str(latest) if latest else None,
         )
         self._remember(thread, lineage)
         return lineage
@@ -707,6 +730,17 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             self._lineages.move_to_end(thread)
             while len(self._lineages) > self._capacity:
                 self._lineages.popitem(last=False)
+
+    def _ask(self, thread: _Thread, checkpoint_id: str) -> None:
+        with self._lock:
+            self._asked[(thread, checkpoint_id)] = None
+            self._asked.move_to_end((thread, checkpoint_id))
+            while len(self._asked) > _ASKED:
+                self._asked.popitem(last=False)
+
+    def _was_asked(self, thread: _Thread, checkpoint_id: str) -> bool:
+        with self._lock:
+            return (thread, checkpoint_id) in self._asked
 
     def _forget(self, thread: _Thread) -> None:
         with self._lock:
@@ -811,6 +845,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             key = latest.key
         else:
             key = thread.checkpoint(checkpoint_id)
+            self._ask(thread, checkpoint_id)  # a step from it may branch the thread
         data = store.get_json(key)
         if data is None:
             return None
@@ -1094,10 +1129,10 @@ def _by_time(summaries: Iterator[Summary]) -> Iterator[list[Summary]]:
         yield group
 
 
-def _conflict(thread: _Thread, exc: ConflictError) -> ConflictError:
+def _conflict(thread: _Thread, why: str) -> ConflictError:
     where = f" (namespace {thread.ns!r})" if thread.ns else ""
     return ConflictError(
-        f"thread {thread.thread!r}{where} was written by another writer since this saver "
+        f"thread {thread.thread!r}{where} was written by another writer since this run "
         "read it: its checkpoint was not saved. Read the thread again (graph.get_state) "
-        f"and run the step again. {exc}"
+        f"and run the step again. {why}"
     )
