@@ -78,6 +78,7 @@ from agent_checkpoint import (
     Identity,
     InvalidArgumentError,
     Message,
+    Record,
     RunCheckpoint,
     Store,
     Summary,
@@ -779,8 +780,12 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                     f"{thread.thread!r}"
                 )
             saved_at = head.saved_at
-        for _ in range(_MERGE_TRIES):
-            stored = store.get_record(key)
+        # first as a new record (a task writes once, in one round trip); where one is there
+        # already (a retried task, or its error after its writes), read it and merge
+        stored: Record | None = None
+        for attempt in range(_MERGE_TRIES):
+            if attempt > 0:
+                stored = store.get_record(key)
             entries: dict[str, Any] = {}
             if stored is not None:
                 entries = dict(_record(store.decode(stored).to_json())["writes"])
