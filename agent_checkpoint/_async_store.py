@@ -28,11 +28,12 @@ if TYPE_CHECKING:
 from ._bridge import Bridge, Threads, off_loop
 from ._claims import Claim, Lease
 from ._container import Compression, Keyring
+from ._envelope import Envelope
 from ._migrations import Migrations
 from ._store import DEFAULT_STORE_PATH, STORE_ENV, Store, store_on
 from ._store_types import RetryPolicy
 from .backends import open_backend, route
-from .backends._base import Summary
+from .backends._base import Record, Summary
 from .errors import StoreClosedError
 
 __all__ = ["AsyncClaim", "AsyncStore", "open_async_store"]
@@ -163,10 +164,16 @@ class AsyncStore(_Closing):
     def closed(self) -> bool:
         return self._closed or (self._store is not None and self._store.closed)
 
+    def decode(self, record: Record) -> Envelope:
+        """The envelope a record ``get_record(s)`` returned holds (``Store.decode``). No I/O:
+        a plain method, once the store is open."""
+        return self.store.decode(record)
+
     put = _awaiting(Store.put)
     put_record = _awaiting(Store.put_record)
     get = _awaiting(Store.get)
     get_record = _awaiting(Store.get_record)
+    get_records = _awaiting(Store.get_records)
     get_envelope = _awaiting(Store.get_envelope)
     get_json = _awaiting(Store.get_json)
     head = _awaiting(Store.head)

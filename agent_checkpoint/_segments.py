@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -139,6 +139,26 @@ class Segmented(Closable):
             backend=self.name,
             operation="load",
         )
+
+    def load_many(self, keys: Sequence[str]) -> list[Record | None]:
+        """``[load(k) for k in keys]``: the records in one round trip where the backend reads
+        several at once (``Batched``), each then assembled as ``load`` does (a record that
+        changed while its pieces were read is read again on its own)."""
+        if not isinstance(self.inner, Batched) or len(keys) < 2:
+            return [self.load(key) for key in keys]
+        found: list[Record | None] = []
+        for key, record in zip(keys, self.inner.load_many(keys), strict=True):
+            if record is None:
+                found.append(None)
+                continue
+            layout = Layout.unpack(record.body)
+            whole = self._assembled(record, layout)
+            if whole is None:
+                found.append(self.load(key))
+                continue
+            self._remember(key, record.summary.revision, layout)
+            found.append(whole)
+        return found
 
     def whole(self, record: Record) -> Record | None:
         """``record`` as a reader gets it: a layout record assembled from its pieces (``None``

@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -202,6 +202,18 @@ class Store:
     def get_record(self, key: str) -> Record | None:
         """The stored bytes and summary, undecoded."""
         return self._call(lambda: self._records.load(check_key(key)))
+
+    def get_records(self, keys: Sequence[str]) -> builtins.list[Record | None]:
+        """``[get_record(k) for k in keys]``, in one round trip where the backend reads
+        several records at once (Redis, PostgreSQL; S3 and fsspec in parallel)."""
+        checked = [check_key(key) for key in keys]
+        if not checked:
+            return []
+        load_many = getattr(self._records, "load_many", None)
+        if not callable(load_many):
+            return [self.get_record(key) for key in checked]
+        found: builtins.list[Record | None] = self._call(lambda: load_many(checked))
+        return found
 
     def get_envelope(self, key: str) -> Envelope | None:
         record = self.get_record(key)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from types import TracebackType
@@ -66,7 +67,8 @@ class BlockingStore:
             return method
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            return self._loop.run(method(*args, **kwargs))
+            result = method(*args, **kwargs)
+            return self._loop.run(result) if inspect.iscoroutine(result) else result
 
         return call
 

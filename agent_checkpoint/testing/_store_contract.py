@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from .._envelope import PausedRun, to_paused_envelope
+from .._model import Message, RunCheckpoint
 from .._store import MAX_KEY_LENGTH, Store
 from .._store_types import MOMENT_LIMIT_MS
 from ..backends._base import Backend, Query, Record, Summary
@@ -109,6 +110,23 @@ class _StoreContract:
         assert summary.message_count == 5
         record = store.get_record("s")
         assert record is not None and summary.size == len(record.body)
+
+    def test_get_records_reads_several_keys_as_get_record_reads_each(self, store: Store) -> None:
+        long = tuple(Message("user", f"message {i} " + "x" * 300) for i in range(400))
+        store.put(checkpoint(text="short"), key="a")
+        store.put(RunCheckpoint.new("go", long, run_id="r"), key="b")  # a long history
+        store.put(
+            RunCheckpoint.new("go", (*long, Message("user", "one more")), run_id="r"), key="b"
+        )
+        keys = ["b", "missing", "a", "b"]
+        many = store.get_records(keys)
+        one = [store.get_record(key) for key in keys]
+        assert [r is None for r in many] == [False, True, False, False]
+        for got, each in zip(many, one, strict=True):
+            if got is not None and each is not None:
+                assert got.summary == each.summary
+                assert store.decode(got).to_json() == store.decode(each).to_json()
+        assert store.get_records([]) == []
 
     def test_invalid_checkpoint_is_refused_and_nothing_is_stored(self, store: Store) -> None:
         doc = checkpoint().to_json()
