@@ -36,7 +36,7 @@ import os
 import random
 import threading
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -104,6 +104,10 @@ _MERGE_TRIES = 16
 
 def _escape(part: str) -> str:
     return part.replace("%", "%25").replace("/", "%2F")
+
+
+def _unescape(part: str) -> str:
+    return part.replace("%2F", "/").replace("%25", "%")
 
 
 _INVERT = str.maketrans("0123456789abcdef", "fedcba9876543210")
@@ -697,18 +701,22 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         record = store.get_record(key)
         if record is None:
             return _NONE
+        lineage = self._lineage_of(store, key, record)
+        self._remember(thread, lineage)
+        return lineage
+
+    @staticmethod
+    def _lineage_of(store: Store, key: str, record: Record) -> _Lineage:
         head = store.decode(record).conversation
         ours = head.history
         latest = cast(dict[str, Any], head.extra.get("langgraph") or {}).get("latest")
-        lineage = _Lineage(
+        return _Lineage(
             key,
             record.summary.revision,
             tuple(_to_langchain(m) for m in ours),
             ours,
             str(latest) if latest else None,
         )
-        self._remember(thread, lineage)
-        return lineage
 
     def _messages(
         self, store: Store, thread: _Thread, ref: Mapping[str, Any]
@@ -810,6 +818,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 history=(),
                 last_completed_iteration=0,
                 original_input=_Input(""),
+                identity=Identity(thread.thread, principal=self.owner),  # listed by owner too
                 agent=AgentRef(thread.tag),
                 extra={"langgraph": record},
             )
@@ -824,13 +833,11 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 continue  # another call of the same task wrote meanwhile: merge again
         raise ConflictError(f"pending writes {key!r}: {_MERGE_TRIES} concurrent writers in a row")
 
-    def _pending(self, store: Store, summaries: Sequence[Summary]) -> builtins.list[PendingWrite]:
+    def _pending(self, records: Sequence[Mapping[str, Any]]) -> builtins.list[PendingWrite]:
+        """The writes of a checkpoint's task records, in LangGraph's order (task path, task
+        id, index: ``writes_sort_key``)."""
         found: builtins.list[tuple[tuple[str, str, int], PendingWrite]] = []
-        for summary in summaries:
-            data = store.get_json(summary.key)
-            if data is None:
-                continue  # deleted since it was listed
-            record = _record(data)
+        for record in records:
             for idx, (channel, kind, blob) in record["writes"].items():
                 value = self.serde.loads_typed((kind, base64.b64decode(blob)))
                 order = (str(record.get("path", "")), str(record["task"]), int(idx))
@@ -844,19 +851,21 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         thread = _thread_of(config)
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id is None:
-            latest = next(self._checkpoints(store, thread), None)
-            if latest is None:
-                return None
-            key = latest.key
-        else:
-            key = thread.checkpoint(checkpoint_id)
-            self._ask(thread, checkpoint_id)  # a step from it may branch the thread
-        data = store.get_json(key)
-        if data is None:
+            wanted: RunnableConfig = {
+                "configurable": {"thread_id": thread.thread, "checkpoint_ns": thread.ns}
+            }
+            return next(self._list(store, wanted, None, None, 1), None)
+        self._ask(thread, checkpoint_id)  # a step from it may branch the thread
+        key = thread.checkpoint(checkpoint_id)
+        record = _loaded(store, store.get_records([key]))[key]
+        if record is None:
             return None
-        record = _record(data)
-        saved_at = int(cast(int, data["savedAt"]))
-        return self._tuple(store, thread, record, _writes_at(store, thread.tag, key, saved_at))
+        saved_at = _id_time(checkpoint_id)
+        if saved_at is None:
+            head = store.head(key)
+            saved_at = head.saved_at if head is not None else 0
+        writes = _writes_at(store, thread.tag, key, saved_at)
+        return self._tuples(store, [(thread, record, [s.key for s in writes])])[0]
 
     def _checkpoints(self, store: Store, thread: _Thread) -> Iterator[Summary]:
         """The summaries of a thread's checkpoints in one namespace, newest first."""
@@ -872,6 +881,8 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None,
         limit: int | None,
     ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first, a batch at a time: one listing page, then the batch's
+        checkpoint records, their writes and their messages each in one ``get_records``."""
         if limit is not None and limit <= 0:
             return
         before_id = get_checkpoint_id(before) if before is not None else None
@@ -879,66 +890,125 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         thread_id = wanted.get("thread_id")
         ns = wanted.get("checkpoint_ns")
         wanted_id = wanted.get("checkpoint_id")
+        batch = 100 if limit is None else min(limit, 100)
+        page = max(2 * batch, 20)
         if thread_id is not None:
-            summaries = store.iter_summaries(agent_id=f"langgraph:{thread_id}", page_size=100)
+            summaries = store.iter_summaries(agent_id=f"langgraph:{thread_id}", page_size=page)
         else:
-            summaries = store.iter_summaries(owner=self.owner, page_size=100)
-        yielded = 0
+            summaries = store.iter_summaries(owner=self.owner, page_size=page)
+        left = limit
+        chosen: builtins.list[tuple[_Thread, Summary]] = []
+        writes: dict[str, builtins.list[str]] = {}
         for group in _by_time(summaries):
-            writes = [s for s in group if "/w/" in s.key]
             for summary in group:
-                if "/c/" not in summary.key or "/w/" in summary.key:
+                parsed = _parse(summary.key)
+                if parsed is None:
                     continue
-                data = store.get_json(summary.key)
-                if data is None:
+                thread, checkpoint_id, task = parsed
+                if task is not None:
+                    writes.setdefault(summary.key.split("/w/")[0], []).append(summary.key)
                     continue
-                record = _record(data)
-                if thread_id is not None and record["thread"] != str(thread_id):
-                    continue  # another thread whose id makes the same tag: never, but cheap
-                if ns is not None and record["ns"] != ns:
+                if thread_id is not None and thread.thread != str(thread_id):
                     continue
-                if wanted_id is not None and record["id"] != wanted_id:
+                if ns is not None and thread.ns != ns:
                     continue
-                if before_id is not None and not record["id"] < before_id:
+                if wanted_id is not None and checkpoint_id != wanted_id:
                     continue
-                if filter and not _matches(self._load_json(record["metadata"]), filter):
+                if before_id is not None and not checkpoint_id < before_id:
                     continue
-                thread = _Thread(str(record["thread"]), str(record["ns"]))
-                if thread_id is None:  # the owner's index lists no writes: ask for them
-                    mine = _writes_at(store, thread.tag, summary.key, summary.saved_at)
-                else:
-                    prefix = summary.key + "/w/"
-                    mine = [s for s in writes if s.key.startswith(prefix)]
-                yield self._tuple(store, thread, record, mine)
-                yielded += 1
-                if limit is not None and yielded >= limit:
+                chosen.append((thread, summary))
+            if len(chosen) < batch:
+                continue  # a whole time group read: its writes are all in ``writes``
+            for item in self._batch(store, chosen, writes, filter):
+                yield item
+                if left is not None:
+                    left -= 1
+                    if left == 0:
+                        return
+            chosen, writes = [], {}
+            batch = 100 if left is None else min(left, 100)
+        for item in self._batch(store, chosen, writes, filter):
+            yield item
+            if left is not None:
+                left -= 1
+                if left == 0:
                     return
 
-    def _tuple(
+    def _batch(
         self,
         store: Store,
-        thread: _Thread,
-        record: Mapping[str, Any],
-        writes: Sequence[Summary],
-    ) -> CheckpointTuple:
-        values = {
-            channel: self.serde.loads_typed((kind, base64.b64decode(blob)))
-            for channel, (kind, blob) in record["values"].items()
-        }
-        ref = record.get("messages")
-        if isinstance(ref, dict):
-            values[str(ref["channel"])] = self._messages(store, thread, ref)
-        checkpoint = cast(
-            Checkpoint, {**self._load_json(record["checkpoint"]), "channel_values": values}
-        )
-        parent = record.get("parent")
-        return CheckpointTuple(
-            config=_config(thread, str(record["id"])),
-            checkpoint=checkpoint,
-            metadata=cast(CheckpointMetadata, self._load_json(record["metadata"])),
-            parent_config=_config(thread, str(parent)) if parent else None,
-            pending_writes=self._pending(store, writes),
-        )
+        chosen: Sequence[tuple[_Thread, Summary]],
+        writes: Mapping[str, Sequence[str]],
+        filter: Mapping[str, Any] | None,
+    ) -> builtins.list[CheckpointTuple]:
+        if not chosen:
+            return []
+        keys = [summary.key for _, summary in chosen]
+        records = _loaded(store, store.get_records(keys))
+        items = []
+        for thread, summary in chosen:
+            record = records[summary.key]
+            if record is None:
+                continue  # deleted since it was listed
+            if filter and not _matches(self._load_json(record["metadata"]), filter):
+                continue
+            items.append((thread, record, writes.get(summary.key, ())))
+        return self._tuples(store, items)
+
+    def _tuples(
+        self,
+        store: Store,
+        items: Sequence[tuple[_Thread, Mapping[str, Any], Sequence[str]]],
+    ) -> builtins.list[CheckpointTuple]:
+        """Checkpoint tuples of stored records, their writes and messages read in a batch."""
+        write_keys = [key for _, _, keys in items for key in keys]
+        written = _loaded(store, store.get_records(write_keys)) if write_keys else {}
+        self._read_lineages(store, [(thread, record) for thread, record, _ in items])
+        found = []
+        for thread, record, keys in items:
+            values = {
+                channel: self.serde.loads_typed((kind, base64.b64decode(blob)))
+                for channel, (kind, blob) in record["values"].items()
+            }
+            ref = record.get("messages")
+            if isinstance(ref, dict):
+                values[str(ref["channel"])] = self._messages(store, thread, ref)
+            checkpoint = cast(
+                Checkpoint, {**self._load_json(record["checkpoint"]), "channel_values": values}
+            )
+            parent = record.get("parent")
+            mine = [w for w in (written.get(key) for key in keys) if w is not None]
+            found.append(
+                CheckpointTuple(
+                    config=_config(thread, str(record["id"])),
+                    checkpoint=checkpoint,
+                    metadata=cast(CheckpointMetadata, self._load_json(record["metadata"])),
+                    parent_config=_config(thread, str(parent)) if parent else None,
+                    pending_writes=self._pending(mine),
+                )
+            )
+        return found
+
+    def _read_lineages(
+        self, store: Store, items: Sequence[tuple[_Thread, Mapping[str, Any]]]
+    ) -> None:
+        """Read, in one batch, the lineages these checkpoints need that this saver does not
+        know well enough (``_messages`` then finds them known)."""
+        stale: dict[str, _Thread] = {}
+        for thread, record in items:
+            ref = record.get("messages")
+            if not isinstance(ref, dict):
+                continue
+            with self._lock:
+                known = self._lineages.get(thread)
+            key = str(ref["lineage"])
+            if known is None or known.key != key or known.revision < int(ref["revision"]):
+                stale[key] = thread
+        if len(stale) < 2:
+            return  # one is read by ``_messages``, as it would be alone
+        for key, stored in zip(stale, store.get_records(list(stale)), strict=True):
+            if stored is not None:
+                self._remember(stale[key], self._lineage_of(store, key, stored))
 
     # -- deleting and copying ----------------------------------------------------------------
 
@@ -952,7 +1022,11 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         runs = set(map(str, run_ids))
         if not runs:
             return
-        doomed = [s for s in store.iter_summaries(owner=self.owner) if s.run_id in runs]
+        doomed = [
+            s
+            for s in store.iter_summaries(owner=self.owner)
+            if s.run_id in runs and (parsed := _parse(s.key)) is not None and parsed[2] is None
+        ]
         for summary in doomed:
             for key in self._with_writes(store, summary):
                 store.delete(key)
@@ -1104,6 +1178,30 @@ def _config(thread: _Thread, checkpoint_id: str) -> RunnableConfig:
             "checkpoint_id": checkpoint_id,
         }
     }
+
+
+def _loaded(store: Store, records: Sequence[Record | None]) -> dict[str, dict[str, Any] | None]:
+    """The saver's part of each record ``get_records`` returned, by key."""
+    found: dict[str, dict[str, Any] | None] = {}
+    for record in records:
+        if record is not None:
+            found[record.key] = _record(store.decode(record).to_json())
+    return defaultdict(lambda: None, found)
+
+
+def _parse(key: str) -> tuple[_Thread, str, str | None] | None:
+    """The thread, checkpoint id and task (writes) of a checkpoint's or writes' key; ``None``
+    for any other key (a lineage, a record that is not the saver's)."""
+    parts = key.split("/")
+    if len(parts) not in (5, 7) or parts[0] != "langgraph" or parts[3] != "c":
+        return None
+    ns = "" if parts[2] == _ROOT else _unescape(parts[2][1:])
+    thread = _Thread(_unescape(parts[1]), ns)
+    checkpoint_id = _inverted(_unescape(parts[4]))
+    task = _unescape(parts[6]) if len(parts) == 7 and parts[5] == "w" else None
+    if len(parts) == 7 and task is None:
+        return None
+    return thread, checkpoint_id, task
 
 
 def _writes_at(store: Store, tag: str, key: str, saved_at: int) -> list[Summary]:
