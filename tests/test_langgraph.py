@@ -531,3 +531,37 @@ def test_every_durability_mode_continues_a_thread(tmp_path: Path, durability: st
     fresh = AgentCheckpointSaver(str(tmp_path / "store"))
     latest = fresh.get_tuple(config)
     assert latest is not None and len(latest.checkpoint["channel_values"]["messages"]) == 6
+
+
+@pytest.mark.parametrize("name", ["disk", "redis", "postgres"])
+def test_threads_lists_the_newest_threads_from_the_index(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Many threads written within one millisecond still come newest first, each once, with
+    its latest checkpoint; a thread written again moves to the front."""
+    with backend_url(name, request, tmp_path) as url:
+        saver = AgentCheckpointSaver(url)
+        graph = chat_graph(saver)
+        for i in range(30):
+            config = {"configurable": {"thread_id": f"t{i:02d}"}}
+            graph.invoke({"messages": [HumanMessage(f"hi {i}", id=f"h{i}")]}, config)
+        config = {"configurable": {"thread_id": "t05"}}
+        graph.invoke({"messages": [HumanMessage("again", id="again")]}, config)
+        threads = saver.threads(limit=10)
+        assert [t.thread_id for t in threads] == ["t05", *(f"t{i:02d}" for i in range(29, 20, -1))]
+        latest = saver.get_tuple(config)
+        assert latest is not None
+        assert threads[0].checkpoint_id == latest.config["configurable"]["checkpoint_id"]
+        assert threads[0].message_count == 4
+        newest = list(saver.list(None, limit=5))
+        assert [t.config["configurable"]["thread_id"] for t in newest][:1] == ["t05"]
+        ids = [t.checkpoint["id"] for t in saver.list(None, limit=40)]
+        assert ids == sorted(ids, reverse=True)  # newest first by id, across threads
+
+        async def newest() -> str:
+            try:
+                return (await saver.athreads(limit=3))[0].thread_id
+            finally:
+                await saver.aclose()
+
+        assert asyncio.run(newest()) == "t05"

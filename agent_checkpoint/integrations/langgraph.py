@@ -89,7 +89,7 @@ from agent_checkpoint import (
 )
 from agent_checkpoint import OriginalInput as _Input
 
-__all__ = ["AgentCheckpointSaver", "server_checkpointer"]
+__all__ = ["AgentCheckpointSaver", "Thread", "server_checkpointer"]
 
 TTL_ENV = "AGENT_CHECKPOINT_TTL_MINUTES"
 SWEEP_SECONDS = 300.0
@@ -256,6 +256,17 @@ def _same(ours: Sequence[BaseMessage], theirs: Sequence[BaseMessage]) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class Thread:
+    """A thread as ``AgentCheckpointSaver.threads`` lists it: its latest checkpoint, when it
+    was written (epoch ms) and how many user and assistant messages with text it holds."""
+
+    thread_id: str
+    checkpoint_id: str
+    updated_at: int
+    message_count: int
+
+
+@dataclass(frozen=True, slots=True)
 class _Lineage:
     """What this saver last read or wrote of a thread's messages."""
 
@@ -312,6 +323,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             store_options = {**store_options, "ttl": self.ttl_seconds}  # Redis expires keys
         self.messages_channel = messages_channel
         self.owner = owner
+        self._threads_owner = f"{owner}:threads"  # the index of thread heads
         self._url = store if isinstance(store, str) else None
         if self._url is None and store_options:
             raise InvalidArgumentError("store options go with a store URL, not a store")
@@ -485,6 +497,33 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         else:
             number = int(str(current).split(".")[0])
         return f"{number + 1:032}.{random.random():016}"
+
+    def threads(self, *, limit: int = 100) -> builtins.list[Thread]:
+        """The threads written to most recently, newest first (their root namespace), from
+        the store's index alone: one listing, no record read."""
+        return self._threads(self.store, limit)
+
+    async def athreads(self, *, limit: int = 100) -> builtins.list[Thread]:
+        return await self.async_store.call(self._threads, limit)
+
+    def _threads(self, store: Store, limit: int) -> builtins.list[Thread]:
+        found: dict[str, Thread] = {}
+        page = min(max(limit + limit // 4, 10), 1000)  # a few more: old lineages of forks
+        heads = store.iter_summaries(owner=self._threads_owner, page_size=page)
+        for group in _by_time(heads):
+            # one millisecond's heads newest first by their latest checkpoint's id
+            for summary in sorted(group, key=lambda s: s.run_id, reverse=True):
+                parts = summary.key.split("/")
+                if len(parts) != 5 or parts[2] != _ROOT or parts[3] != "m":
+                    continue
+                thread_id = _unescape(parts[1])
+                if thread_id not in found and summary.run_id:  # the thread's newest head
+                    found[thread_id] = Thread(
+                        thread_id, summary.run_id, summary.saved_at, summary.message_count
+                    )
+            if len(found) >= limit:
+                break
+        return builtins.list(found.values())[:limit]
 
     # -- retention and claims ----------------------------------------------------------------
 
@@ -675,7 +714,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             history=ours,
             last_completed_iteration=step,
             original_input=_Input(asked),
-            identity=Identity(thread.thread),
+            identity=Identity(thread.thread, principal=self._threads_owner),
             agent=AgentRef(thread.tag),
             extra={
                 "langgraph": {"thread": thread.thread, "ns": thread.ns, "latest": checkpoint_id}
@@ -900,6 +939,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         chosen: builtins.list[tuple[_Thread, Summary]] = []
         writes: dict[str, builtins.list[str]] = {}
         for group in _by_time(summaries):
+            picked: builtins.list[tuple[str, _Thread, Summary]] = []
             for summary in group:
                 parsed = _parse(summary.key)
                 if parsed is None:
@@ -916,7 +956,10 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                     continue
                 if before_id is not None and not checkpoint_id < before_id:
                     continue
-                chosen.append((thread, summary))
+                picked.append((checkpoint_id, thread, summary))
+            # one millisecond's checkpoints newest first by id (the index orders them by key)
+            picked.sort(key=lambda item: item[0], reverse=True)
+            chosen.extend((thread, summary) for _, thread, summary in picked)
             if len(chosen) < batch:
                 continue  # a whole time group read: its writes are all in ``writes``
             for item in self._batch(store, chosen, writes, filter):
