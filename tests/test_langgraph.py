@@ -29,7 +29,13 @@ from langgraph.graph import START, MessagesState, StateGraph
 from support.langgraph_agent import EXPECTED, QUESTION, build, summary
 from support.store_urls import store_url
 
-from agent_checkpoint import ClaimedError, ConflictError, InvalidArgumentError, open_store
+from agent_checkpoint import (
+    ClaimedError,
+    ConflictError,
+    InvalidArgumentError,
+    OwnershipConflictError,
+    open_store,
+)
 from agent_checkpoint.integrations.langgraph import AgentCheckpointSaver, server_checkpointer
 
 BACKENDS = ["memory", "disk", "redis", "postgres", "s3"]
@@ -565,3 +571,26 @@ def test_threads_lists_the_newest_threads_from_the_index(
                 await saver.aclose()
 
         assert asyncio.run(newest()) == "t05"
+
+
+def test_a_thread_belongs_to_the_owner_that_started_it(tmp_path: Path) -> None:
+    """Two tenants' savers on one store: a thread id one tenant started is refused to the
+    other (the store's owner rule on the thread's head), and nothing of the refused step
+    is stored."""
+    store = open_store(str(tmp_path / "store"))
+    alice = AgentCheckpointSaver(store, owner="alice")
+    bob = AgentCheckpointSaver(store, owner="bob")
+    config = {"configurable": {"thread_id": "shared-id"}}
+    chat_graph(alice).invoke({"messages": [HumanMessage("mine", id="h1")]}, config)
+    checkpoints = sorted(s.key for s in store.iter_summaries() if "/w/" not in s.key)
+    seen = [t.checkpoint["id"] for t in alice.list(config)]
+    with pytest.raises(OwnershipConflictError, match="belongs to another owner"):
+        chat_graph(bob).invoke({"messages": [HumanMessage("also mine?", id="h2")]}, config)
+    # no checkpoint of bob's was stored (the pending writes LangGraph sent meanwhile belong to
+    # no stored checkpoint, and nobody reads them), and alice's thread is as she left it
+    assert sorted(s.key for s in store.iter_summaries() if "/w/" not in s.key) == checkpoints
+    assert [t.checkpoint["id"] for t in alice.list(config)] == seen
+    assert bob.get_tuple(config) is None
+    assert [t.thread_id for t in bob.threads()] == []
+    assert [t.thread_id for t in alice.threads()] == ["shared-id"]
+    assert list(bob.list(None)) == []

@@ -78,6 +78,7 @@ from agent_checkpoint import (
     Identity,
     InvalidArgumentError,
     Message,
+    OwnershipConflictError,
     Record,
     RunCheckpoint,
     Store,
@@ -673,6 +674,9 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 summary = store.put(head, key=key, create_only=True)
             else:
                 summary = store.put(head, key=key, if_revision=seen.revision)
+        except OwnershipConflictError as exc:
+            self._forget(thread)
+            raise self._foreign(thread) from exc
         except ConflictError as exc:
             self._forget(thread)
             raise _conflict(thread, str(exc)) from exc
@@ -699,6 +703,9 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             summary = store.put(
                 self._head(thread, checkpoint_id, ours, step), key=key, create_only=True
             )
+        except OwnershipConflictError as exc:
+            self._forget(thread)
+            raise self._foreign(thread) from exc
         except ConflictError as exc:
             self._forget(thread)
             raise _conflict(thread, str(exc)) from exc
@@ -740,6 +747,8 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         record = store.get_record(key)
         if record is None:
             return _NONE
+        if record.summary.owner not in (None, self._threads_owner):
+            raise self._foreign(thread)
         lineage = self._lineage_of(store, key, record)
         self._remember(thread, lineage)
         return lineage
@@ -778,6 +787,12 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             self._lineages.move_to_end(thread)
             while len(self._lineages) > self._capacity:
                 self._lineages.popitem(last=False)
+
+    def _foreign(self, thread: _Thread) -> OwnershipConflictError:
+        return OwnershipConflictError(
+            f"thread {thread.thread!r} belongs to another owner than this saver's "
+            f"({self.owner!r}): nothing was written, and its checkpoints read as absent here"
+        )
 
     def _ask(self, thread: _Thread, checkpoint_id: str) -> None:
         with self._lock:
@@ -896,7 +911,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             return next(self._list(store, wanted, None, None, 1), None)
         self._ask(thread, checkpoint_id)  # a step from it may branch the thread
         key = thread.checkpoint(checkpoint_id)
-        record = _loaded(store, store.get_records([key]))[key]
+        record = _loaded(store, store.get_records([key]), self.owner)[key]
         if record is None:
             return None
         saved_at = _id_time(checkpoint_id)
@@ -987,7 +1002,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         if not chosen:
             return []
         keys = [summary.key for _, summary in chosen]
-        records = _loaded(store, store.get_records(keys))
+        records = _loaded(store, store.get_records(keys), self.owner)
         items = []
         for thread, summary in chosen:
             record = records[summary.key]
@@ -1005,7 +1020,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
     ) -> builtins.list[CheckpointTuple]:
         """Checkpoint tuples of stored records, their writes and messages read in a batch."""
         write_keys = [key for _, _, keys in items for key in keys]
-        written = _loaded(store, store.get_records(write_keys)) if write_keys else {}
+        written = _loaded(store, store.get_records(write_keys), self.owner) if write_keys else {}
         self._read_lineages(store, [(thread, record) for thread, record, _ in items])
         found = []
         for thread, record, keys in items:
@@ -1223,11 +1238,14 @@ def _config(thread: _Thread, checkpoint_id: str) -> RunnableConfig:
     }
 
 
-def _loaded(store: Store, records: Sequence[Record | None]) -> dict[str, dict[str, Any] | None]:
-    """The saver's part of each record ``get_records`` returned, by key."""
+def _loaded(
+    store: Store, records: Sequence[Record | None], owner: str
+) -> dict[str, dict[str, Any] | None]:
+    """The saver's part of each record ``get_records`` returned, by key: those of ``owner``
+    (another owner's checkpoints read as absent)."""
     found: dict[str, dict[str, Any] | None] = {}
     for record in records:
-        if record is not None:
+        if record is not None and record.summary.owner == owner:
             found[record.key] = _record(store.decode(record).to_json())
     return defaultdict(lambda: None, found)
 
