@@ -147,6 +147,10 @@ class _Thread:
     def writes(self, checkpoint_id: str, task_id: str) -> str:
         return f"{self.checkpoint(checkpoint_id)}/w/{_escape(task_id)}"
 
+    def lineage_key(self, ref: Mapping[str, Any]) -> str:
+        """The key of the lineage a checkpoint's messages reference names (by its suffix)."""
+        return f"{self.base}/m/{ref['lineage']}"
+
     def holds_checkpoint(self, key: str) -> bool:
         prefix = f"{self.base}/c/"
         return key.startswith(prefix) and "/" not in key[len(prefix) :]
@@ -204,21 +208,29 @@ def _to_ours(message: BaseMessage) -> Message:
         del data["tool_calls"]
     role = _ROLES.get(lc["type"]) or str(getattr(message, "role", lc["type"]))
     call_id = data.pop("tool_call_id", None) if lc["type"] == "tool" else None
+    data.pop("type", None)  # the message's type, kept once, beside its fields
+    if lc["type"] == "tool":
+        if data.get("status") == "success":  # ToolMessage's default
+            del data["status"]
+        if data.get("name") is not None and data.get("name") == message.name:
+            del data["name"]  # kept as toolName
     return Message(
         role,
         text,
         tool_calls=calls,
         tool_call_id=call_id,
         tool_name=message.name if lc["type"] == "tool" and message.name else None,
-        extra={"lc": {"type": lc["type"], "data": data}},
+        extra={"lc": {"type": lc["type"], **data}},
     )
 
 
 def _to_langchain(message: Message) -> BaseMessage:
     lc = message.extra.get("lc")
     if isinstance(lc, dict):
-        data = dict(cast(dict[str, Any], lc.get("data") or {}))
+        data = {k: v for k, v in lc.items() if k != "type"}
         data.setdefault("content", message.content)
+        if lc["type"] == "tool" and message.tool_name is not None:
+            data.setdefault("name", message.tool_name)
         if message.tool_calls is not None:
             data["tool_calls"] = [
                 {"name": c.name, "args": dict(c.args), "id": c.id, "type": "tool_call"}
@@ -586,10 +598,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             store, thread, checkpoint_id, parent, messages, step if isinstance(step, int) else 0
         )
         full_metadata = get_checkpoint_metadata(config, metadata)
-        record: dict[str, Any] = {
-            "thread": thread.thread,
-            "ns": thread.ns,
-            "id": checkpoint_id,
+        record: dict[str, Any] = {  # the thread, namespace and id are the key's
             "parent": parent,
             "checkpoint": self._dump_json(
                 {k: v for k, v in checkpoint.items() if k != "channel_values"}
@@ -598,12 +607,10 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             "metadata": self._dump_json(full_metadata),
         }
         if messages is not None:
-            record["messages"] = {
-                "channel": self.messages_channel,
-                "lineage": lineage,
-                "revision": revision,
-                "count": count,
-            }
+            ref = {"lineage": lineage.rpartition("/m/")[2], "revision": revision, "count": count}
+            if self.messages_channel != "messages":
+                ref["channel"] = self.messages_channel
+            record["messages"] = ref
         run_id = full_metadata.get("run_id")
         saved_at = _saved_at(checkpoint_id, checkpoint.get("ts"))
         data = RunCheckpoint(
@@ -611,7 +618,6 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             history=(),
             last_completed_iteration=step if isinstance(step, int) else 0,
             original_input=_Input(""),
-            checkpointed_at=saved_at,
             identity=Identity(thread.thread, principal=self.owner),
             agent=AgentRef(thread.tag),
             extra={"langgraph": record},
@@ -740,7 +746,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             data = store.get_json(thread.checkpoint(parent))
             ref = _record(data).get("messages") if data is not None else None
             if isinstance(ref, dict):
-                key = str(ref["lineage"])
+                key = thread.lineage_key(ref)
         return self._read_lineage(store, thread, key)
 
     def _read_lineage(self, store: Store, thread: _Thread, key: str) -> _Lineage:
@@ -769,7 +775,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
     def _messages(
         self, store: Store, thread: _Thread, ref: Mapping[str, Any]
     ) -> builtins.list[BaseMessage]:
-        key, revision, count = str(ref["lineage"]), int(ref["revision"]), int(ref["count"])
+        key, revision, count = thread.lineage_key(ref), int(ref["revision"]), int(ref["count"])
         with self._lock:
             known = self._lineages.get(thread)
         if known is None or known.key != key or known.revision < revision:
@@ -859,10 +865,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 entries.update(merged)
             else:
                 entries = {str(i): w for i, w in fresh.items()}
-            record = {
-                "thread": thread.thread,
-                "ns": thread.ns,
-                "checkpoint": checkpoint_id,
+            record = {  # the thread, namespace and checkpoint are the key's
                 "task": task_id,
                 "path": task_path,
                 "writes": entries,
@@ -1030,7 +1033,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             }
             ref = record.get("messages")
             if isinstance(ref, dict):
-                values[str(ref["channel"])] = self._messages(store, thread, ref)
+                values[str(ref.get("channel", "messages"))] = self._messages(store, thread, ref)
             checkpoint = cast(
                 Checkpoint, {**self._load_json(record["checkpoint"]), "channel_values": values}
             )
@@ -1038,7 +1041,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             mine = [w for w in (written.get(key) for key in keys) if w is not None]
             found.append(
                 CheckpointTuple(
-                    config=_config(thread, str(record["id"])),
+                    config=_config(thread, str(checkpoint["id"])),
                     checkpoint=checkpoint,
                     metadata=cast(CheckpointMetadata, self._load_json(record["metadata"])),
                     parent_config=_config(thread, str(parent)) if parent else None,
@@ -1059,7 +1062,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 continue
             with self._lock:
                 known = self._lineages.get(thread)
-            key = str(ref["lineage"])
+            key = thread.lineage_key(ref)
             if known is None or known.key != key or known.revision < int(ref["revision"]):
                 stale[key] = thread
         if len(stale) < 2:
@@ -1096,24 +1099,22 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
 
     def _copy_thread(self, store: Store, source: str, target: str) -> None:
         summaries = builtins.list(store.iter_summaries(agent_id=f"langgraph:{source}"))
-        renamed: dict[str, str] = {}
         for summary in reversed(summaries):  # oldest first: a lineage before its checkpoints
             envelope = store.get_json(summary.key)
             if envelope is None:
                 continue
             data = dict(cast(dict[str, Any], envelope["data"]))
             record = dict(_record(envelope))
-            old = _Thread(str(record["thread"]), str(record["ns"]))
-            new = _Thread(target, old.ns)
-            key = new.base + summary.key[len(old.base) :]
-            renamed[summary.key] = key
-            record["thread"] = target
+            base = "/".join(summary.key.split("/")[:3])  # langgraph/<thread>/<namespace>
+            key = f"langgraph/{_escape(target)}/{summary.key.split('/')[2]}"
+            key += summary.key[len(base) :]
             ref = record.get("messages")
-            if isinstance(ref, dict):
-                lineage = renamed.get(str(ref["lineage"]), str(ref["lineage"]))
-                record["messages"] = {**ref, "lineage": lineage, "revision": 0}
+            if isinstance(ref, dict):  # the lineage of the same name, under the copy
+                record["messages"] = {**ref, "revision": 0}
+            if "thread" in record:  # a head
+                record["thread"] = target
             data["langgraph"] = record
-            data["agent"] = {"id": new.tag}
+            data["agent"] = {"id": f"langgraph:{target}"}
             identity = data.get("identity")
             if isinstance(identity, dict):
                 data["identity"] = {**identity, "conversationId": target}
@@ -1141,7 +1142,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                     data = store.get_json(summary.key)
                     ref = _record(data).get("messages") if data is not None else None
                     if isinstance(ref, dict):
-                        keep.add(str(ref["lineage"]))
+                        keep.add(f"{base}/m/{ref['lineage']}")
             for summary in summaries:
                 key = summary.key
                 owner = key.split("/w/")[0]
