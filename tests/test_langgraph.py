@@ -319,7 +319,11 @@ def test_a_second_writer_on_a_thread_gets_a_conflict_not_a_fork(
 
 
 def conflicted(url: str) -> None:
-    first, second = AgentCheckpointSaver(url), AgentCheckpointSaver(url)
+    with AgentCheckpointSaver(url) as first, AgentCheckpointSaver(url) as second:
+        race(first, second)
+
+
+def race(first: AgentCheckpointSaver, second: AgentCheckpointSaver) -> None:
     config = {"configurable": {"thread_id": "shared"}}
     chat_graph(first).invoke({"messages": [HumanMessage("one", id="h1")]}, config)
 
@@ -416,10 +420,10 @@ def test_ttl_on_redis_expires_every_key_the_saver_writes(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     with backend_url("redis", request, tmp_path) as url:
-        saver = AgentCheckpointSaver(url, ttl={"default_ttl": 30})
-        chat_graph(saver).invoke(
-            {"messages": [HumanMessage("hi", id="h1")]}, {"configurable": {"thread_id": "ttl"}}
-        )
+        with AgentCheckpointSaver(url, ttl={"default_ttl": 30}) as saver:
+            chat_graph(saver).invoke(
+                {"messages": [HumanMessage("hi", id="h1")]}, {"configurable": {"thread_id": "ttl"}}
+            )
         client = redis.Redis.from_url(url.split("?")[0])
         prefix = url.split("prefix=")[1]
         keys = list(client.scan_iter(match="{" + prefix + "}*", count=1000))
