@@ -169,6 +169,10 @@ class AsyncStore(_Closing):
         a plain method, once the store is open."""
         return self.store.decode(record)
 
+    def decode_json(self, record: Record) -> dict[str, Any]:
+        """``Store.decode_json``: no I/O, a plain method, once the store is open."""
+        return self.store.decode_json(record)
+
     put = _awaiting(Store.put)
     put_record = _awaiting(Store.put_record)
     get = _awaiting(Store.get)

@@ -391,6 +391,10 @@ class Store:
         decode, ``DecryptionError`` for a record this store's keys cannot open."""
         return self._codec.decode(record.body, record.key)
 
+    def decode_json(self, record: Record) -> dict[str, Json]:
+        """``decode`` as plain JSON, as ``get_json`` reads it: no typed values built."""
+        return self._codec.decode_json(record.body, record.key)
+
     def can_open(self, record: Record) -> bool:
         """Whether this store holds what ``record`` needs to be opened: ``False`` only for a
         record encrypted under a key id its keyring lacks (or with no keyring). A damaged

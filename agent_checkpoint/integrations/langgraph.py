@@ -1247,7 +1247,7 @@ def _loaded(
     found: dict[str, dict[str, Any] | None] = {}
     for record in records:
         if record is not None and record.summary.owner == owner:
-            found[record.key] = _record(store.decode(record).to_json())
+            found[record.key] = _record(store.decode_json(record))
     return defaultdict(lambda: None, found)
 
 

@@ -126,6 +126,7 @@ class _StoreContract:
             if got is not None and each is not None:
                 assert got.summary == each.summary
                 assert store.decode(got).to_json() == store.decode(each).to_json()
+                assert store.decode_json(got) == store.get_json(got.key)
         assert store.get_records([]) == []
 
     def test_invalid_checkpoint_is_refused_and_nothing_is_stored(self, store: Store) -> None:
