@@ -14,10 +14,8 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import pytest
 import redis
@@ -27,7 +25,7 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from langgraph.graph import START, MessagesState, StateGraph
 from support.langgraph_agent import EXPECTED, QUESTION, build, summary
-from support.store_urls import store_url
+from support.store_urls import url_for_processes
 
 from agent_checkpoint import (
     ClaimedError,
@@ -42,34 +40,7 @@ BACKENDS = ["memory", "disk", "redis", "postgres", "s3"]
 HERE = Path(__file__).parent
 
 
-@contextmanager
-def backend_url(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty store on backend ``name``'s real server, as a URL a child process can open."""
-    if name != "s3":
-        with store_url(name, request, tmp_path) as (url, options):
-            if options:  # Redis: the store's prefix
-                url = f"{url}?{urlencode(options)}"
-            if name == "postgres":
-                with open_store(url) as store:
-                    store.setup()
-            yield url
-    else:
-        from support.seaweed import ACCESS_KEY, REGION, SECRET_KEY
-
-        server = request.getfixturevalue("s3_server")
-        patch = pytest.MonkeyPatch()  # where a child process's AWS client finds them too
-        patch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-        patch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-        bucket = f"lg-{uuid.uuid4().hex[:10]}"
-        endpoint = getattr(server, "endpoint_url")  # noqa: B009 - the session fixture's type is object
-        try:
-            yield f"s3://{bucket}/threads?endpoint_url={endpoint}&region={REGION}&create_bucket=true"
-        finally:
-            patch.undo()
-            client = server.client()  # type: ignore[attr-defined]
-            with suppress(Exception):
-                client.delete_bucket(Bucket=bucket)  # SeaweedFS drops a non-empty bucket whole
-            client.close()
+backend_url = url_for_processes
 
 
 @pytest.fixture(params=BACKENDS)

@@ -117,6 +117,7 @@ PUBLIC_MODULES = [
     "agent_checkpoint.errors",
     "agent_checkpoint.integrations",
     "agent_checkpoint.integrations.langgraph",  # extra `langgraph`
+    "agent_checkpoint.integrations.openai_agents",  # extra `openai-agents`
     "agent_checkpoint.resume",
     "agent_checkpoint.testing",
     "agent_checkpoint.transcripts",

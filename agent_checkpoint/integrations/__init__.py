@@ -2,6 +2,8 @@
 
 - ``agent_checkpoint.integrations.langgraph``: a LangGraph checkpoint saver
   (``pip install 'localab-checkpoint[langgraph]'``).
+- ``agent_checkpoint.integrations.openai_agents``: an OpenAI Agents SDK session
+  (``pip install 'localab-checkpoint[openai-agents]'``).
 
 Each uses only the library's public API (``agent_checkpoint``): a third party could have
 written it.

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import psycopg
 import pytest
@@ -65,3 +66,37 @@ def store_url(
             purge(client, BUCKET, prefix + "/")
     else:
         raise ValueError(name)
+
+
+@contextmanager
+def url_for_processes(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty store on backend ``name``'s real server as one URL that another process can
+    open too (PostgreSQL set up; S3 credentials in the environment, where any AWS client
+    looks, and a bucket of its own, removed afterwards)."""
+    if name != "s3":
+        with store_url(name, request, tmp_path) as (url, options):
+            if options:  # Redis: the store's prefix
+                url = f"{url}?{urlencode(options)}"
+            if name == "postgres":
+                from agent_checkpoint import open_store
+
+                with open_store(url) as store:
+                    store.setup()
+            yield url
+        return
+    from support.seaweed import ACCESS_KEY, REGION, SECRET_KEY
+
+    server = request.getfixturevalue("s3_server")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    patch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    bucket = f"p-{uuid.uuid4().hex[:12]}"
+    endpoint = server.endpoint_url
+    try:
+        yield f"s3://{bucket}/store?endpoint_url={endpoint}&region={REGION}&create_bucket=true"
+    finally:
+        patch.undo()
+        client = server.client()
+        with suppress(Exception):
+            client.delete_bucket(Bucket=bucket)  # SeaweedFS drops a non-empty bucket whole
+        client.close()
