@@ -170,18 +170,27 @@ class OursInstance:
 
     # -- (c) ---------------------------------------------------------------------------------
 
-    def load_runs(self, count: int, progress: Callable[[int], None]) -> list[str]:
+    def bulk_store(self) -> Any:
+        """The store a bulk load writes through: this one, or on disk and PostgreSQL a second
+        store on the same namespace that skips fsync (disk) or waits for no WAL flush at
+        commit (PostgreSQL). Listing always runs on ``self.store``, with normal settings; the
+        caller closes a store that is not ``self.store``."""
         from agent_checkpoint import open_store
 
-        store = self.store
         if self.backend == "disk":
-            # the bulk load skips fsync (a second store on the same folder); listing does not
-            store = open_store(str(self.root), fsync=False)
-        elif self.backend == "postgres":
-            # ... and waits for no WAL flush at commit (a second store on the same schema)
-            store = open_store(f"{self.url}&options=-c%20synchronous_commit%3Doff")
+            return open_store(str(self.root), fsync=False)
+        if self.backend == "postgres":
+            return open_store(f"{self.url}&options=-c%20synchronous_commit%3Doff")
+        return self.store
+
+    def load_threads(self) -> int:
+        """Writer threads for a bulk load on this backend."""
+        return _LOAD_THREADS.get(self.backend, 1)
+
+    def load_runs(self, count: int, progress: Callable[[int], None]) -> list[str]:
+        store = self.bulk_store()
         create_only = self.backend == "s3"  # fresh keys: no read before the conditional PUT
-        threads = _LOAD_THREADS.get(self.backend, 1)
+        threads = self.load_threads()
         done = 0
         batch: list[Any] = []
 
@@ -197,13 +206,15 @@ class OursInstance:
             batch.clear()
             progress(done)
 
-        for record in _run_records(count):
-            batch.append(record)
-            if len(batch) >= 2000:
-                flush()
-        flush()
-        if store is not self.store:
-            store.close()
+        try:
+            for record in _run_records(count):
+                batch.append(record)
+                if len(batch) >= 2000:
+                    flush()
+            flush()
+        finally:
+            if store is not self.store:
+                store.close()
         return [_run_key(i) for i in range(count - 1, count - 1 - LIST_LIMIT, -1)]
 
     def list_newest(self, limit: int) -> list[str]:

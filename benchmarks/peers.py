@@ -21,6 +21,7 @@ import asyncio
 import importlib.metadata
 import json
 import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -140,15 +141,19 @@ class _LangGraphInstance:
         messages = [HumanMessage(_RUN_TEXT[0], id="m0"), AIMessage(_RUN_TEXT[1], id="m1")]
         step = 2000
 
-        def write(saver: Any, start: int, stop: int) -> None:
+        def write(saver: Any, start: int, stop: int, *, spaced: bool = False) -> None:
             for i in range(start, stop):
+                if spaced:
+                    _next_millisecond()
                 key = f"run-{i:07d}"
                 thread, checkpoint, metadata, versions = self._checkpoint(saver, key, messages, 1)
                 saver.put(thread["config"], checkpoint, metadata, versions)
                 self._threads.pop(key, None)
 
         # in parallel up to the newest LIST_LIMIT, which are then written one by one, in
-        # order, so that their checkpoint ids (time-ordered UUIDs) are the newest, in order
+        # order, so that their checkpoint ids (time-ordered UUIDs) are the newest, in order;
+        # each of those in a millisecond of its own (as our store's runs are saved 1 ms apart),
+        # for a saver that lists at millisecond precision
         parallel = max(0, count - LIST_LIMIT)
         with ThreadPoolExecutor(len(savers)) as pool:
             for begin in range(0, parallel, step):
@@ -161,9 +166,17 @@ class _LangGraphInstance:
                 for job in jobs:
                     job.result()
                 progress(end)
-        write(savers[0], parallel, count)
+        write(savers[0], parallel, count, spaced=True)
         progress(count)
         return [f"run-{i:07d}" for i in range(count - 1, count - 1 - LIST_LIMIT, -1)]
+
+
+def _next_millisecond() -> None:
+    """Wait until the wall clock (``time.time_ns``, which LangGraph's ``uuid6`` ids read)
+    moves to a millisecond after the one it is in."""
+    now = time.time_ns() // 1_000_000
+    while time.time_ns() // 1_000_000 == now:
+        time.sleep(0.0001)
 
 
 class LangGraphPostgres(_LangGraph):

@@ -4,6 +4,10 @@
     benchmarks/.venv-peers/bin/python benchmarks/run.py  # everything (< 10 min on 2 cores)
     .venv/bin/python benchmarks/run.py                   # our backends only: peers skipped
     ... run.py --quick | --only redis,postgres | --n 10,100 | --list-sizes 10000 | --big
+    ... run.py --only 'ours,saver-*,langgraph-*'        # our LangGraph saver beside LangGraph's
+
+Targets: ``floor`` and ``ours`` (our store) on each backend, ``saver-<backend>`` (our LangGraph
+saver on our store, ``saver.py``) and the peers (``peers.py``).
 
 Sections (see README.md beside this file for what each figure means):
   (a) put one checkpoint of N messages, then get it back: medians of several repetitions;
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import datetime
+import fnmatch
 import io
 import json
 import os
@@ -36,6 +41,7 @@ from typing import Any
 import floor
 import ours
 import peers
+import saver
 import servers
 import workload
 from servers import Cleanup, Context, log
@@ -51,7 +57,8 @@ GROUP_OF = {
     "s3": "s3",
     "fsspec": "fsspec",
 }
-FAMILY_ORDER = {"floor": 0, "ours": 1, "peer": 2}
+FAMILY_ORDER = {"floor": 0, "ours": 1, "saver": 2, "peer": 3}
+NOT_BIG = ("saver", "peer")  # families --big leaves out at N = BIG_N
 BIG_N = 10_000
 
 
@@ -103,7 +110,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--only",
         default="",
         help="comma list of backends (memory,disk,redis,postgres,s3,fsspec; sqlite peers "
-        "count as disk) and/or targets (ours, floor, langgraph-postgres, ...)",
+        "count as disk) and/or targets (ours, floor, saver-redis, langgraph-postgres, ...; "
+        "shell-style patterns such as 'saver-*' too; 'saver' names every saver-*)",
     )
     p.add_argument("--n", type=_ints, default=None, help="message counts (default 10,100,1000)")
     p.add_argument(
@@ -135,7 +143,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="seconds of puts one target may spend in (b) per N before it stops "
         "(the row then says where; default 30)",
     )
-    p.add_argument("--no-peers", action="store_true", help="our store and the floor only")
+    p.add_argument(
+        "--no-peers", action="store_true", help="no peers: our store, our saver and the floor"
+    )
     p.add_argument(
         "--profile",
         action="store_true",
@@ -165,7 +175,7 @@ def selected(args: argparse.Namespace, name: str, family: str, backend: str) -> 
         return False
     if names:
         wanted = names | ({"floor"} if "ours" in names else set())
-        return name in wanted or family in wanted
+        return family in wanted or any(fnmatch.fnmatchcase(name, w) for w in wanted)
     return True
 
 
@@ -183,6 +193,15 @@ def build_targets(run: Run) -> None:
             except Unavailable as exc:
                 run.skipped.append((f"{family}/{backend}", str(exc)))
                 log(f"skip {family}/{backend}: {exc}")
+    for backend in saver.SAVER_BACKENDS:
+        name = f"saver-{backend}"
+        if not selected(args, name, "saver", backend):
+            continue
+        try:
+            run.targets.append(saver.Saver(backend, ctx))
+        except Unavailable as exc:
+            run.skipped.append((name, str(exc)))
+            log(f"skip {name}: {exc}")
     if args.no_peers:
         run.skipped.append(("peers", "--no-peers"))
         return
@@ -211,7 +230,7 @@ def build_targets(run: Run) -> None:
 
 
 def label(target: Target) -> str:
-    return f"{target.name}/{target.backend}" if target.family != "peer" else target.name
+    return f"{target.name}/{target.backend}" if target.family in ("floor", "ours") else target.name
 
 
 def ordered(targets: Iterable[Any]) -> list[Any]:
@@ -234,7 +253,7 @@ def section_a(run: Run) -> None:
     for n in run.args.n:
         turns = workload.conversation(n)
         for target in ordered(run.targets):
-            if n >= BIG_N and target.family == "peer":
+            if n >= BIG_N and target.family in NOT_BIG:
                 continue
             row = run.add(Row("a", n, GROUP_OF[target.backend], target.name, target.family))
             try:
@@ -289,7 +308,7 @@ def section_b(run: Run) -> None:
     for n in run.args.n:
         turns = workload.conversation(n)
         for target in ordered(run.targets):
-            if n >= BIG_N and target.family == "peer":
+            if n >= BIG_N and target.family in NOT_BIG:
                 continue
             row = run.add(Row("b", n, GROUP_OF[target.backend], target.name, target.family))
             try:
@@ -413,10 +432,18 @@ def _newest(run: Run, target: Any, size: int, row: Row) -> None:
         floor_read = getattr(instance, "floor_list", lambda limit: None)(LIST_LIMIT)
         if floor_read is not None:
             row.values["floor_ms"] = 1e3 * _repeat(floor_read)[0]
+        warm_lister = getattr(instance, "warm_lister", None)
+        if warm_lister is not None:  # our saver: the same listing on one saver, cache warm
+            warm_s, warm_got = _repeat(warm_lister(LIST_LIMIT))
+            row.values["warm_ms"] = 1e3 * warm_s
+            row.values["warm_exact"] = warm_got == expected
+            row.note = f"repeated on one saver (cache warm): {ms(1e3 * warm_s)} ms" + (
+                "" if warm_got == expected else ", NOT the right ones"
+            )
         log(
             f"[c] {run.elapsed()} {size:>7,} {label(target):<28} newest {LIST_LIMIT}: "
             f"{1e3 * seconds:9.2f} ms  right {right}/{LIST_LIMIT} exact={got == expected} "
-            f"(load {load_s:.1f} s)"
+            f"(load {load_s:.1f} s) {row.note}"
         )
     finally:
         instance.close()
@@ -475,12 +502,14 @@ def _value(
 
 
 def _best_peer(
-    rows: list[Row], section: str, n: int, group: str, key: str
+    rows: list[Row], section: str, n: int, group: str, key: str, prefix: str = ""
 ) -> tuple[str, float] | None:
     found = [
         (float(r.values[key]), r.target)
         for r in rows
-        if (r.section, r.n, r.group, r.family) == (section, n, group, "peer") and key in r.values
+        if (r.section, r.n, r.group, r.family) == (section, n, group, "peer")
+        and key in r.values
+        and r.target.startswith(prefix)
     ]
     if not found:
         return None
@@ -564,6 +593,46 @@ def report(run: Run) -> str:
                 summary,
             )
         )
+        savers = []
+        for n in run.args.n:
+            for group in GROUPS:
+                s_put = _value(rows, "a", n, group, "saver", "put_ms")
+                s_get = _value(rows, "a", n, group, "saver", "get_ms")
+                if s_put is None:
+                    continue
+                bp = _best_peer(rows, "a", n, group, "put_ms", "langgraph-")
+                bg = _best_peer(rows, "a", n, group, "get_ms", "langgraph-")
+                savers.append(
+                    [
+                        f"{n:,}",
+                        group,
+                        ms(s_put),
+                        ms(s_get),
+                        ratio(s_put, _value(rows, "a", n, group, "ours", "put_ms")),
+                        ratio(s_get, _value(rows, "a", n, group, "ours", "get_ms")),
+                        f"{ratio(bp[1], s_put)} ({bp[0]})" if bp else "-",
+                        f"{ratio(bg[1], s_get)} ({bg[0]})" if bg else "-",
+                    ]
+                )
+        if savers:
+            out.append(
+                "\nOur LangGraph saver (saver-*) against our store and LangGraph's savers:\n"
+            )
+            out.append(
+                table(
+                    [
+                        "N",
+                        "backend",
+                        "saver put ms",
+                        "saver get ms",
+                        "saver put ÷ ours",
+                        "saver get ÷ ours",
+                        "best LangGraph peer put ÷ saver",
+                        "best LangGraph peer get ÷ saver",
+                    ],
+                    savers,
+                )
+            )
     if "b" in run.args.sections:
         body = []
         for row in (r for r in rows if r.section == "b"):
@@ -617,6 +686,7 @@ def report(run: Run) -> str:
                 right = "yes" if v["exact"] else f"NO: {v['right']}/{LIST_LIMIT} right"
                 if not v["exact"] and v["right"] == LIST_LIMIT:
                     right = "NO: right runs, wrong order"
+            o_list = _value(rows, "c", row.n, row.group, "ours", "list_ms")
             body.append(
                 [
                     f"{row.n:,}",
@@ -626,6 +696,7 @@ def report(run: Run) -> str:
                     right,
                     ms(v.get("floor_ms")),
                     ratio(v.get("list_ms"), v.get("floor_ms")),
+                    ratio(v.get("list_ms"), o_list) if row.family == "saver" else "",
                     f"{v['load_s']:.1f}" if "load_s" in v else "",
                     row.note,
                 ]
@@ -636,7 +707,9 @@ def report(run: Run) -> str:
             "summary columns ... ORDER BY saved_at DESC, key LIMIT 100; disk, the same SELECT "
             "on the SQLite index; Redis, one ZRANGE BYLEX of the index (keys only, no "
             "summaries); S3, one ListObjectsV2 of the index prefix (names only); fsspec, one "
-            "ls of the index folder (names only, the whole folder: fsspec has no limit).\n"
+            "ls of the index folder (names only, the whole folder: fsspec has no limit). "
+            "÷ ours = our LangGraph saver's listing (a new saver, cold) ÷ our store's "
+            "listing on the same backend, in this run.\n"
         )
         out.append(
             table(
@@ -648,6 +721,7 @@ def report(run: Run) -> str:
                     "right ones",
                     "floor ms",
                     "÷ floor",
+                    "÷ ours",
                     "load s",
                     "note",
                 ],
@@ -684,7 +758,9 @@ def environment(run: Run) -> str:
         import fsspec
 
         server.append(f"fsspec {fsspec.__version__} (MemoryFileSystem, in process)")
-    peers_text = ", ".join(f"{k} {v}" for k, v in versions.items() if not k.startswith("ours"))
+    peers_text = ", ".join(
+        f"{k} {v}" for k, v in versions.items() if not k.startswith(("ours", "saver-"))
+    )
     mine = next((v for k, v in versions.items() if k.startswith("ours")), "?")
     return "\n".join(
         [
