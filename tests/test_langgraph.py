@@ -360,7 +360,7 @@ def test_threads_list_newest_first_across_threads(tmp_path: Path) -> None:
 
 def test_a_config_without_a_thread_is_refused_by_name(tmp_path: Path) -> None:
     saver = AgentCheckpointSaver(str(tmp_path / "store"))
-    with pytest.raises(Exception, match="names no thread"):
+    with pytest.raises(InvalidArgumentError, match="names no thread"):
         saver.get_tuple({"configurable": {}})
 
 

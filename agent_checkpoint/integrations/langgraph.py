@@ -35,7 +35,6 @@ import builtins
 import os
 import random
 import threading
-import uuid
 from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -45,13 +44,7 @@ from typing import Any, cast
 
 import orjson
 from langchain_core.messages import (
-    AIMessage,
     BaseMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-    message_to_dict,
-    messages_from_dict,
 )
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -83,189 +76,33 @@ from agent_checkpoint import (
     RunCheckpoint,
     Store,
     Summary,
-    ToolCall,
-    open_async_store,
     open_store,
     to_envelope,
 )
 from agent_checkpoint import OriginalInput as _Input
+
+from ._langgraph_records import (
+    ROOT_NS,
+    Key,
+    id_time,
+    is_messages,
+    parse,
+    retarget,
+    same,
+    saved_at,
+    thread_of,
+    to_langchain,
+    to_ours,
+    unescape,
+)
+from ._stores import async_store_of, check_options
 
 __all__ = ["AgentCheckpointSaver", "Thread", "server_checkpointer"]
 
 TTL_ENV = "AGENT_CHECKPOINT_TTL_MINUTES"
 SWEEP_SECONDS = 300.0
 
-_ROOT = "-"  # the root namespace ("") in a key
-_UUID_EPOCH = 0x01B21DD213814000  # 1582-10-15 to 1970-01-01 in 100 ns ticks (RFC 9562)
 _MERGE_TRIES = 16
-
-
-# -- keys ---------------------------------------------------------------------------------
-
-
-def _escape(part: str) -> str:
-    return part.replace("%", "%25").replace("/", "%2F")
-
-
-def _unescape(part: str) -> str:
-    return part.replace("%2F", "/").replace("%25", "%")
-
-
-_INVERT = str.maketrans("0123456789abcdef", "fedcba9876543210")
-
-
-def _inverted(checkpoint_id: str) -> str:
-    """Ascending keys for descending ids: a listing gives ties (one millisecond) newest first."""
-    return checkpoint_id.translate(_INVERT)
-
-
-@dataclass(frozen=True, slots=True)
-class _Thread:
-    thread: str
-    ns: str
-
-    @property
-    def base(self) -> str:
-        ns = _ROOT if self.ns == "" else "+" + _escape(self.ns)
-        return f"langgraph/{_escape(self.thread)}/{ns}"
-
-    @property
-    def tag(self) -> str:
-        """The agent id every record of the thread (all namespaces) is indexed under."""
-        return f"langgraph:{self.thread}"
-
-    @property
-    def first_lineage(self) -> str:
-        return f"{self.base}/m/0"
-
-    def lineage(self, checkpoint_id: str) -> str:
-        return f"{self.base}/m/{_escape(checkpoint_id)}"
-
-    def checkpoint(self, checkpoint_id: str) -> str:
-        return f"{self.base}/c/{_escape(_inverted(checkpoint_id))}"
-
-    def writes(self, checkpoint_id: str, task_id: str) -> str:
-        return f"{self.checkpoint(checkpoint_id)}/w/{_escape(task_id)}"
-
-    def lineage_key(self, ref: Mapping[str, Any]) -> str:
-        """The key of the lineage a checkpoint's messages reference names (by its suffix)."""
-        return f"{self.base}/m/{ref['lineage']}"
-
-    def holds_checkpoint(self, key: str) -> bool:
-        prefix = f"{self.base}/c/"
-        return key.startswith(prefix) and "/" not in key[len(prefix) :]
-
-
-def _thread_of(config: RunnableConfig) -> _Thread:
-    configurable = config.get("configurable") or {}
-    thread = configurable.get("thread_id")
-    if thread is None:
-        raise InvalidArgumentError(
-            "the config names no thread: pass {'configurable': {'thread_id': ...}}"
-        )
-    return _Thread(str(thread), str(configurable.get("checkpoint_ns") or ""))
-
-
-def _id_time(checkpoint_id: str) -> int | None:
-    """Epoch ms of a UUIDv6 checkpoint id (LangGraph's ids carry their time), else ``None``."""
-    with suppress(ValueError):
-        parsed = uuid.UUID(checkpoint_id)
-        if parsed.version == 6:
-            ticks = ((parsed.int >> 96) << 28) | (((parsed.int >> 80) & 0xFFFF) << 12)
-            ticks |= (parsed.int >> 64) & 0xFFF
-            return (ticks - _UUID_EPOCH) // 10_000
-    return None
-
-
-def _saved_at(checkpoint_id: str, ts: str | None) -> int:
-    """The time a checkpoint is listed at: its id's, else its ``ts``, else now."""
-    at = _id_time(checkpoint_id)
-    if at is None and ts:
-        with suppress(ValueError):
-            at = int(datetime.fromisoformat(ts).timestamp() * 1000)
-    return at if at is not None else int(datetime.now().timestamp() * 1000)
-
-
-# -- messages -----------------------------------------------------------------------------
-
-_ROLES = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system"}
-_EMPTY: tuple[Any, ...] = (None, {}, [], "")
-
-
-def _to_ours(message: BaseMessage) -> Message:
-    """Our message for a LangChain one: role and text as any runtime reads them, the
-    LangChain fields (those not at their default) under ``lc``, for an exact round trip."""
-    lc = message_to_dict(message)
-    data = {k: v for k, v in lc["data"].items() if v not in _EMPTY or k == "content"}
-    content = data.get("content")
-    text = content if isinstance(content, str) else message.text
-    if isinstance(content, str):
-        del data["content"]
-    calls: tuple[ToolCall, ...] | None = None
-    raw_calls = data.get("tool_calls")
-    if raw_calls and all(isinstance(c.get("id"), str) for c in raw_calls):
-        calls = tuple(ToolCall(c["id"], c["name"], dict(c.get("args") or {})) for c in raw_calls)
-        del data["tool_calls"]
-    role = _ROLES.get(lc["type"]) or str(getattr(message, "role", lc["type"]))
-    call_id = data.pop("tool_call_id", None) if lc["type"] == "tool" else None
-    data.pop("type", None)  # the message's type, kept once, beside its fields
-    if lc["type"] == "tool":
-        if data.get("status") == "success":  # ToolMessage's default
-            del data["status"]
-        if data.get("name") is not None and data.get("name") == message.name:
-            del data["name"]  # kept as toolName
-    return Message(
-        role,
-        text,
-        tool_calls=calls,
-        tool_call_id=call_id,
-        tool_name=message.name if lc["type"] == "tool" and message.name else None,
-        extra={"lc": {"type": lc["type"], **data}},
-    )
-
-
-def _to_langchain(message: Message) -> BaseMessage:
-    lc = message.extra.get("lc")
-    if isinstance(lc, dict):
-        data = {k: v for k, v in lc.items() if k != "type"}
-        data.setdefault("content", message.content)
-        if lc["type"] == "tool" and message.tool_name is not None:
-            data.setdefault("name", message.tool_name)
-        if message.tool_calls is not None:
-            data["tool_calls"] = [
-                {"name": c.name, "args": dict(c.args), "id": c.id, "type": "tool_call"}
-                for c in message.tool_calls
-            ]
-        if message.tool_call_id is not None:
-            data["tool_call_id"] = message.tool_call_id
-        return messages_from_dict([{"type": lc["type"], "data": data}])[0]
-    # a history another runtime wrote: the role and text, and the tool calls
-    if message.role == "assistant":
-        calls = [
-            {"name": c.name, "args": dict(c.args), "id": c.id, "type": "tool_call"}
-            for c in message.tool_calls or ()
-        ]
-        return AIMessage(content=message.content, tool_calls=calls)
-    if message.role == "tool":
-        return ToolMessage(
-            content=message.content,
-            tool_call_id=message.tool_call_id or "",
-            name=message.tool_name,
-        )
-    if message.role == "system":
-        return SystemMessage(content=message.content)
-    return HumanMessage(content=message.content)
-
-
-def _is_messages(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(m, BaseMessage) for m in value)
-
-
-def _same(ours: Sequence[BaseMessage], theirs: Sequence[BaseMessage]) -> bool:
-    # identity first (an appended list holds the same objects), equality where it differs
-    return len(ours) == len(theirs) and all(
-        a is b or a == b for a, b in zip(ours, theirs, strict=True)
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,24 +167,25 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         if not owner:
             raise InvalidArgumentError("owner must be a non-empty string")
+        check_options(store, store_options)
         self.ttl_seconds = _ttl_seconds(ttl)
-        native = isinstance(store, str) and store.startswith(("redis://", "rediss://"))
-        if self.ttl_seconds is not None and native and "ttl" not in store_options:
-            store_options = {**store_options, "ttl": self.ttl_seconds}  # Redis expires keys
+        self.expires_natively = isinstance(store, str) and store.startswith(
+            ("redis://", "rediss://")
+        )  # Redis expires every key itself; elsewhere ``sweep`` deletes what is old
+        if self.ttl_seconds is not None and self.expires_natively and "ttl" not in store_options:
+            store_options = {**store_options, "ttl": self.ttl_seconds}
         self.messages_channel = messages_channel
         self.owner = owner
         self._threads_owner = f"{owner}:threads"  # the index of thread heads
+        self._given = store
         self._url = store if isinstance(store, str) else None
-        if self._url is None and store_options:
-            raise InvalidArgumentError("store options go with a store URL, not a store")
         self._options = store_options
         self._sync: Store | None = store if isinstance(store, Store) else None
-        self._async: AsyncStore | None = store if isinstance(store, AsyncStore) else None
-        self._owns_async = False
+        self._async: AsyncStore | None = None
         self._lock = threading.Lock()  # the lineage cache's; never held across I/O
         self._opening = threading.RLock()
-        self._lineages: OrderedDict[_Thread, _Lineage] = OrderedDict()
-        self._asked: OrderedDict[tuple[_Thread, str], None] = OrderedDict()
+        self._lineages: OrderedDict[Key, _Lineage] = OrderedDict()
+        self._asked: OrderedDict[tuple[Key, str], None] = OrderedDict()
         self._capacity = cache_threads
 
     # -- stores ---------------------------------------------------------------------------
@@ -373,11 +211,8 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         if self._async is None:
             with self._opening:
                 if self._async is None:
-                    if self._url is not None and not self._url.startswith("memory:"):
-                        self._async = open_async_store(self._url, **self._options)
-                    else:  # a Store given, or memory:// (each opening is a new store)
-                        self._async = AsyncStore.over(self.store)
-                    self._owns_async = True
+                    sync = lambda: self.store  # noqa: E731 - opened only where it is needed
+                    self._async = async_store_of(self._given, self._options, sync)
         return self._async
 
     def close(self) -> None:
@@ -386,7 +221,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             self._sync.close()
 
     async def aclose(self) -> None:
-        if self._owns_async and self._async is not None and self._url is not None:
+        if self._url is not None and self._async is not None:
             await self._async.close()  # over the sync store on memory://: that closes it too
         self.close()
 
@@ -527,9 +362,9 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             # one millisecond's heads newest first by their latest checkpoint's id
             for summary in sorted(group, key=lambda s: s.run_id, reverse=True):
                 parts = summary.key.split("/")
-                if len(parts) != 5 or parts[2] != _ROOT or parts[3] != "m":
+                if len(parts) != 5 or parts[2] != ROOT_NS or parts[3] != "m":
                     continue
-                thread_id = _unescape(parts[1])
+                thread_id = unescape(parts[1])
                 if thread_id not in found and summary.run_id:  # the thread's newest head
                     found[thread_id] = Thread(
                         thread_id, summary.run_id, summary.saved_at, summary.message_count
@@ -561,7 +396,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
     def _claimable(self, store: Store, thread_id: str) -> str:
         """The key a claim on the thread is made on: its first lineage, put back (empty) if
         retention or pruning removed it while the thread lives on."""
-        thread = _Thread(thread_id, "")
+        thread = Key(thread_id, "")
         key = thread.first_lineage
         if store.head(key) is None and next(self._checkpoints(store, thread), None) is not None:
             with suppress(ConflictError):  # another worker put it back first
@@ -585,12 +420,12 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
     ) -> RunnableConfig:
-        thread = _thread_of(config)
+        thread = thread_of(config)
         checkpoint_id = checkpoint["id"]
         parent = get_checkpoint_id(config)
         values = dict(checkpoint["channel_values"])
         messages = values.pop(self.messages_channel, None)
-        if messages is not None and not _is_messages(messages):
+        if messages is not None and not is_messages(messages):
             values[self.messages_channel] = messages
             messages = None
         step = metadata.get("step", 0)
@@ -612,7 +447,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 ref["channel"] = self.messages_channel
             record["messages"] = ref
         run_id = full_metadata.get("run_id")
-        saved_at = _saved_at(checkpoint_id, checkpoint.get("ts"))
+        at = saved_at(checkpoint_id, checkpoint.get("ts"))
         data = RunCheckpoint(
             run_id=str(run_id) if run_id is not None else checkpoint_id,
             history=(),
@@ -622,7 +457,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             agent=AgentRef(thread.tag),
             extra={"langgraph": record},
         )
-        store.put(to_envelope(data, saved_at=saved_at), key=thread.checkpoint(checkpoint_id))
+        store.put(to_envelope(data, saved_at=at), key=thread.checkpoint(checkpoint_id))
         return {
             "configurable": {
                 "thread_id": thread.thread,
@@ -634,7 +469,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
     def _commit(
         self,
         store: Store,
-        thread: _Thread,
+        thread: Key,
         checkpoint_id: str,
         parent: str | None,
         messages: builtins.list[BaseMessage] | None,
@@ -661,16 +496,16 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         known = seen.langchain
         if messages is None:
             langchain, ours, count = known, seen.ours, 0
-        elif len(messages) >= len(known) and _same(messages[: len(known)], known):
+        elif len(messages) >= len(known) and same(messages[: len(known)], known):
             added = messages[len(known) :]
             langchain = (*known, *added)
-            ours = seen.ours + tuple(_to_ours(m) for m in added)
+            ours = seen.ours + tuple(to_ours(m) for m in added)
             count = len(messages)
-        elif _same(messages, known[: len(messages)]):
+        elif same(messages, known[: len(messages)]):
             langchain, ours, count = known, seen.ours, len(messages)
         else:
             langchain = tuple(messages)
-            ours = tuple(_to_ours(m) for m in messages)
+            ours = tuple(to_ours(m) for m in messages)
             count = len(messages)
             return self._fork(store, thread, seen, checkpoint_id, langchain, ours, step)
         key = seen.key or thread.first_lineage
@@ -692,7 +527,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
     def _fork(
         self,
         store: Store,
-        thread: _Thread,
+        thread: Key,
         seen: _Lineage,
         checkpoint_id: str,
         langchain: tuple[BaseMessage, ...],
@@ -719,7 +554,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         return key, summary.revision, len(ours)
 
     def _head(
-        self, thread: _Thread, checkpoint_id: str, ours: tuple[Message, ...], step: int
+        self, thread: Key, checkpoint_id: str, ours: tuple[Message, ...], step: int
     ) -> RunCheckpoint:
         asked = next((m.content for m in reversed(ours) if m.role == "user"), "")
         return RunCheckpoint(
@@ -734,7 +569,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             },
         )
 
-    def _lineage(self, store: Store, thread: _Thread, parent: str | None) -> _Lineage:
+    def _lineage(self, store: Store, thread: Key, parent: str | None) -> _Lineage:
         """The lineage a put extends: this saver's knowledge of the thread, else the lineage
         of the parent checkpoint (or the thread's first lineage) read from the store."""
         with self._lock:
@@ -749,7 +584,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 key = thread.lineage_key(ref)
         return self._read_lineage(store, thread, key)
 
-    def _read_lineage(self, store: Store, thread: _Thread, key: str) -> _Lineage:
+    def _read_lineage(self, store: Store, thread: Key, key: str) -> _Lineage:
         record = store.get_record(key)
         if record is None:
             return _NONE
@@ -767,13 +602,13 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         return _Lineage(
             key,
             record.summary.revision,
-            tuple(_to_langchain(m) for m in ours),
+            tuple(to_langchain(m) for m in ours),
             ours,
             str(latest) if latest else None,
         )
 
     def _messages(
-        self, store: Store, thread: _Thread, ref: Mapping[str, Any]
+        self, store: Store, thread: Key, ref: Mapping[str, Any]
     ) -> builtins.list[BaseMessage]:
         key, revision, count = thread.lineage_key(ref), int(ref["revision"]), int(ref["count"])
         with self._lock:
@@ -787,31 +622,31 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             )
         return list(known.langchain[:count])
 
-    def _remember(self, thread: _Thread, lineage: _Lineage) -> None:
+    def _remember(self, thread: Key, lineage: _Lineage) -> None:
         with self._lock:
             self._lineages[thread] = lineage
             self._lineages.move_to_end(thread)
             while len(self._lineages) > self._capacity:
                 self._lineages.popitem(last=False)
 
-    def _foreign(self, thread: _Thread) -> OwnershipConflictError:
+    def _foreign(self, thread: Key) -> OwnershipConflictError:
         return OwnershipConflictError(
             f"thread {thread.thread!r} belongs to another owner than this saver's "
             f"({self.owner!r}): nothing was written, and its checkpoints read as absent here"
         )
 
-    def _ask(self, thread: _Thread, checkpoint_id: str) -> None:
+    def _ask(self, thread: Key, checkpoint_id: str) -> None:
         with self._lock:
             self._asked[(thread, checkpoint_id)] = None
             self._asked.move_to_end((thread, checkpoint_id))
             while len(self._asked) > _ASKED:
                 self._asked.popitem(last=False)
 
-    def _was_asked(self, thread: _Thread, checkpoint_id: str) -> bool:
+    def _was_asked(self, thread: Key, checkpoint_id: str) -> bool:
         with self._lock:
             return (thread, checkpoint_id) in self._asked
 
-    def _forget(self, thread: _Thread) -> None:
+    def _forget(self, thread: Key) -> None:
         with self._lock:
             self._lineages.pop(thread, None)
 
@@ -830,7 +665,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str,
     ) -> None:
-        thread = _thread_of(config)
+        thread = thread_of(config)
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id is None:
             raise InvalidArgumentError("put_writes needs the config of a stored checkpoint")
@@ -839,15 +674,15 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             for idx, (channel, value) in enumerate(writes)
         }
         key = thread.writes(checkpoint_id, task_id)
-        saved_at = _id_time(checkpoint_id)
-        if saved_at is None:  # listed beside its checkpoint, at the checkpoint's time
+        at = id_time(checkpoint_id)
+        if at is None:  # listed beside its checkpoint, at the checkpoint's time
             head = store.head(thread.checkpoint(checkpoint_id))
             if head is None:
                 raise InvalidArgumentError(
                     f"put_writes: no checkpoint {checkpoint_id!r} stored on thread "
                     f"{thread.thread!r}"
                 )
-            saved_at = head.saved_at
+            at = head.saved_at
         # first as a new record (a task writes once, in one round trip); where one is there
         # already (a retried task, or its error after its writes), read it and merge
         stored: Record | None = None
@@ -879,7 +714,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 agent=AgentRef(thread.tag),
                 extra={"langgraph": record},
             )
-            envelope = to_envelope(data, saved_at=saved_at)
+            envelope = to_envelope(data, saved_at=at)
             try:
                 if stored is None:
                     store.put(envelope, key=key, create_only=True)
@@ -905,7 +740,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
     # -- reading ----------------------------------------------------------------------------
 
     def _get_tuple(self, store: Store, config: RunnableConfig) -> CheckpointTuple | None:
-        thread = _thread_of(config)
+        thread = thread_of(config)
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id is None:
             wanted: RunnableConfig = {
@@ -917,14 +752,14 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         record = _loaded(store, store.get_records([key]), self.owner)[key]
         if record is None:
             return None
-        saved_at = _id_time(checkpoint_id)
-        if saved_at is None:
+        at = id_time(checkpoint_id)
+        if at is None:
             head = store.head(key)
-            saved_at = head.saved_at if head is not None else 0
-        writes = _writes_at(store, thread.tag, key, saved_at)
+            at = head.saved_at if head is not None else 0
+        writes = _writes_at(store, thread.tag, key, at)
         return self._tuples(store, [(thread, record, [s.key for s in writes])])[0]
 
-    def _checkpoints(self, store: Store, thread: _Thread) -> Iterator[Summary]:
+    def _checkpoints(self, store: Store, thread: Key) -> Iterator[Summary]:
         """The summaries of a thread's checkpoints in one namespace, newest first."""
         for summary in store.iter_summaries(agent_id=thread.tag, page_size=100):
             if thread.holds_checkpoint(summary.key):
@@ -954,12 +789,12 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         else:
             summaries = store.iter_summaries(owner=self.owner, page_size=page)
         left = limit
-        chosen: builtins.list[tuple[_Thread, Summary]] = []
+        chosen: builtins.list[tuple[Key, Summary]] = []
         writes: dict[str, builtins.list[str]] = {}
         for group in _by_time(summaries):
-            picked: builtins.list[tuple[str, _Thread, Summary]] = []
+            picked: builtins.list[tuple[str, Key, Summary]] = []
             for summary in group:
-                parsed = _parse(summary.key)
+                parsed = parse(summary.key)
                 if parsed is None:
                     continue
                 thread, checkpoint_id, task = parsed
@@ -998,7 +833,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
     def _batch(
         self,
         store: Store,
-        chosen: Sequence[tuple[_Thread, Summary]],
+        chosen: Sequence[tuple[Key, Summary]],
         writes: Mapping[str, Sequence[str]],
         filter: Mapping[str, Any] | None,
     ) -> builtins.list[CheckpointTuple]:
@@ -1019,7 +854,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
     def _tuples(
         self,
         store: Store,
-        items: Sequence[tuple[_Thread, Mapping[str, Any], Sequence[str]]],
+        items: Sequence[tuple[Key, Mapping[str, Any], Sequence[str]]],
     ) -> builtins.list[CheckpointTuple]:
         """Checkpoint tuples of stored records, their writes and messages read in a batch."""
         write_keys = [key for _, _, keys in items for key in keys]
@@ -1050,12 +885,10 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             )
         return found
 
-    def _read_lineages(
-        self, store: Store, items: Sequence[tuple[_Thread, Mapping[str, Any]]]
-    ) -> None:
+    def _read_lineages(self, store: Store, items: Sequence[tuple[Key, Mapping[str, Any]]]) -> None:
         """Read, in one batch, the lineages these checkpoints need that this saver does not
         know well enough (``_messages`` then finds them known)."""
-        stale: dict[str, _Thread] = {}
+        stale: dict[str, Key] = {}
         for thread, record in items:
             ref = record.get("messages")
             if not isinstance(ref, dict):
@@ -1074,7 +907,6 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
     # -- deleting and copying ----------------------------------------------------------------
 
     def _delete_thread(self, store: Store, thread_id: str) -> None:
-        self._forget_thread(thread_id)
         for summary in builtins.list(store.iter_summaries(agent_id=f"langgraph:{thread_id}")):
             store.delete(summary.key)
         self._forget_thread(thread_id)
@@ -1086,7 +918,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         doomed = [
             s
             for s in store.iter_summaries(owner=self.owner)
-            if s.run_id in runs and (parsed := _parse(s.key)) is not None and parsed[2] is None
+            if s.run_id in runs and (parsed := parse(s.key)) is not None and parsed[2] is None
         ]
         for summary in doomed:
             for key in self._with_writes(store, summary):
@@ -1105,9 +937,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 continue
             data = dict(cast(dict[str, Any], envelope["data"]))
             record = dict(_record(envelope))
-            base = "/".join(summary.key.split("/")[:3])  # langgraph/<thread>/<namespace>
-            key = f"langgraph/{_escape(target)}/{summary.key.split('/')[2]}"
-            key += summary.key[len(base) :]
+            key = retarget(summary.key, target)
             ref = record.get("messages")
             if isinstance(ref, dict):  # the lineage of the same name, under the copy
                 record["messages"] = {**ref, "revision": 0}
@@ -1199,8 +1029,7 @@ async def server_checkpointer() -> AsyncIterator[AgentCheckpointSaver]:
             while await saver.asweep() > 0:
                 pass
 
-    native = url.startswith(("redis://", "rediss://"))
-    sweeper = asyncio.ensure_future(sweeping()) if ttl and not native else None
+    sweeper = asyncio.ensure_future(sweeping()) if ttl and not saver.expires_natively else None
     try:
         yield saver
     finally:
@@ -1229,7 +1058,7 @@ def _record(envelope: Mapping[str, Any]) -> dict[str, Any]:
     return cast(dict[str, Any], data["langgraph"])
 
 
-def _config(thread: _Thread, checkpoint_id: str) -> RunnableConfig:
+def _config(thread: Key, checkpoint_id: str) -> RunnableConfig:
     return {
         "configurable": {
             "thread_id": thread.thread,
@@ -1249,21 +1078,6 @@ def _loaded(
         if record is not None and record.summary.owner == owner:
             found[record.key] = _record(store.decode_json(record))
     return defaultdict(lambda: None, found)
-
-
-def _parse(key: str) -> tuple[_Thread, str, str | None] | None:
-    """The thread, checkpoint id and task (writes) of a checkpoint's or writes' key; ``None``
-    for any other key (a lineage, a record that is not the saver's)."""
-    parts = key.split("/")
-    if len(parts) not in (5, 7) or parts[0] != "langgraph" or parts[3] != "c":
-        return None
-    ns = "" if parts[2] == _ROOT else _unescape(parts[2][1:])
-    thread = _Thread(_unescape(parts[1]), ns)
-    checkpoint_id = _inverted(_unescape(parts[4]))
-    task = _unescape(parts[6]) if len(parts) == 7 and parts[5] == "w" else None
-    if len(parts) == 7 and task is None:
-        return None
-    return thread, checkpoint_id, task
 
 
 def _writes_at(store: Store, tag: str, key: str, saved_at: int) -> list[Summary]:
@@ -1294,7 +1108,7 @@ def _by_time(summaries: Iterator[Summary]) -> Iterator[list[Summary]]:
         yield group
 
 
-def _conflict(thread: _Thread, why: str) -> ConflictError:
+def _conflict(thread: Key, why: str) -> ConflictError:
     where = f" (namespace {thread.ns!r})" if thread.ns else ""
     return ConflictError(
         f"thread {thread.thread!r}{where} was written by another writer since this run "

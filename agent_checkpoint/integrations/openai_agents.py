@@ -59,9 +59,10 @@ from agent_checkpoint import (
     Summary,
     ThinkingBlock,
     ToolCall,
-    open_async_store,
     open_store,
 )
+
+from ._stores import async_store_of, check_options
 
 if TYPE_CHECKING:
     from agents.memory import Session
@@ -94,7 +95,6 @@ the item keeps ``null`` there, and the text is the message's ``content`` alone."
 
 _TRIES = 100  # conditional writes a call tries; each lost one means another writer's landed
 _MAX_NESTING = 200  # levels an item may nest (the stored record nests it 5 levels deep)
-_THREADS = 4  # threads a session runs a given ``Store`` on
 _INT_RANGE = (-(2**63), 2**64 - 1)  # what every backend's JSON holds
 
 T = TypeVar("T")
@@ -446,28 +446,19 @@ class AgentCheckpointSession:
             raise InvalidArgumentError(
                 f"session_settings must be the SDK's SessionSettings, got {session_settings!r}"
             )
-        if not isinstance(store, str) and store_options:
-            raise InvalidArgumentError("store options go with a store URL, not a store")
+        check_options(store, store_options)
         self.session_id = session_id
         self.owner = owner
         self.session_settings = session_settings or SessionSettings()
         self.key = KEY_PREFIX + session_id
         self._owns = isinstance(store, str)
-        if isinstance(store, AsyncStore):
-            self._store = store
-        elif isinstance(store, Store):
-            # never closed here (closing it would close the caller's store): its threads
-            # end when this session is collected
-            self._store = AsyncStore.over(store, threads=_THREADS)
-        elif isinstance(store, str):
-            if store.startswith("memory:"):  # each opening is a new store: run one here
-                self._store = AsyncStore.over(open_store(store, **store_options), threads=_THREADS)
-            else:
-                self._store = open_async_store(store, **store_options)
-        else:
-            raise InvalidArgumentError(
-                f"store must be a store URL, an AsyncStore or a Store, not {store!r}"
-            )
+        # a Store given is never closed here (that would close the caller's store): its
+        # threads end when this session is collected
+        self._store = async_store_of(
+            store,
+            store_options,
+            lambda: store if isinstance(store, Store) else open_store(str(store), **store_options),
+        )
         self._seen: _Seen | None = None  # unknown until read or written
         self._guard = threading.Lock()  # the per-loop locks' map; never held across I/O
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (

@@ -1,0 +1,36 @@
+"""The store an integration's async methods run on, for what its user gave it: a store URL,
+a ``Store`` or an ``AsyncStore``. Shared by the integrations; public API only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from agent_checkpoint import AsyncStore, InvalidArgumentError, Store, open_async_store
+
+THREADS = 4
+"""Threads an integration runs a ``Store`` it was given (or memory://) on."""
+
+
+def async_store_of(
+    store: str | Store | AsyncStore, options: Mapping[str, Any], sync: Callable[[], Store]
+) -> AsyncStore:
+    """``store`` itself when it is an ``AsyncStore``; for a URL, ``open_async_store`` (the
+    asyncio drivers where the backend has them); for a ``Store``, or for memory:// (each
+    opening of which is a new, empty store, so the two sides must share one), ``sync()`` on
+    threads of its own. A given store is never closed by an integration."""
+    if isinstance(store, AsyncStore):
+        return store
+    if isinstance(store, str) and not store.startswith("memory:"):
+        return open_async_store(store, **options)
+    if isinstance(store, (str, Store)):
+        return AsyncStore.over(sync(), threads=THREADS)
+    raise InvalidArgumentError(
+        f"store must be a store URL, an AsyncStore or a Store, not {store!r}"
+    )
+
+
+def check_options(store: object, options: Mapping[str, Any]) -> None:
+    """Store options go with a URL only: a store given is already open."""
+    if not isinstance(store, str) and options:
+        raise InvalidArgumentError("store options go with a store URL, not a store")
