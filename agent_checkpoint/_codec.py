@@ -165,11 +165,22 @@ class Codec:
         """The same envelope under this codec's current container settings (for ``rekey``)."""
         return self.sealer.seal(self.sealer.open(body, key), key)
 
-    def decode_json(self, body: bytes, key: str | None = None) -> dict[str, Json]:
-        """The envelope as plain JSON, upgraded and checked; unreadable bytes raise."""
+    def decode_json(
+        self, body: bytes, key: str | None = None, *, last: int | None = None
+    ) -> dict[str, Json]:
+        """The envelope as plain JSON, upgraded and checked; unreadable bytes raise. With
+        ``last``, its history holds only its newest ``last`` entries (``body`` may hold only
+        some of the history: ``Segmented.load_tail``; they are checked, not the others)."""
         doc = self._upgraded(body, key)
         validate_envelope(doc, key)
-        return doc
+        if last is None:
+            return doc
+        conversation = dict(_conversation(doc))
+        history = conversation["history"]
+        conversation["history"] = history[max(len(history) - last, 0) :]
+        paused = doc.get("format") == PAUSED_RUN
+        data = {**doc["data"], "conversation": conversation} if paused else conversation
+        return {**doc, "data": data}
 
     def _upgraded(self, body: bytes, key: str | None) -> dict[str, Json]:
         pieces = self.sealer.pieces(body, key)

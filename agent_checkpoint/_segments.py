@@ -34,13 +34,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
+import orjson
+
 from ._bounded import Bounded
 from ._model import now_ms
-from ._segment_format import Layout, Split, merge, merge_start
+from ._segment_format import Chunk, Layout, Split, merge, merge_start
 from .backends._base import (
     Backend,
     Batched,
@@ -124,21 +126,7 @@ class Segmented(Closable):
     # -- the five operations -----------------------------------------------------------
 
     def load(self, key: str) -> Record | None:
-        for _ in range(_READS):
-            record = self.inner.load(key)
-            if record is None:
-                return None
-            layout = Layout.unpack(record.body)
-            whole = self._assembled(record, layout)
-            if whole is not None:
-                # What a later write of this store replaces, unless another writes between.
-                self._remember(key, record.summary.revision, layout)
-                return whole
-        raise BackendUnavailableError(
-            f"{self.name} load of {key!r}: the record kept changing while it was read",
-            backend=self.name,
-            operation="load",
-        )
+        return self._reading(key, self._assembled)
 
     def load_many(self, keys: Sequence[str]) -> list[Record | None]:
         """``[load(k) for k in keys]``: the records in one round trip where the backend reads
@@ -160,6 +148,48 @@ class Segmented(Closable):
             found.append(whole)
         return found
 
+    def load_tail(self, key: str, count: int) -> Record | None:
+        """``key``'s record holding at least the newest ``count`` entries of its history (a
+        reader of the newest few: ``Store.get_json(key, last=count)``): a plain record as
+        stored; a layout record with its inline content and only as many of its newest
+        pieces as hold ``count`` entries, read newest first, one piece a round trip. What it
+        holds of the history is its newest entries, in order; the rest of the record is whole.
+        """
+        return self._reading(
+            key, lambda record, layout: self._tail(record, layout, count) if layout else record
+        )
+
+    def _reading(
+        self, key: str, assemble: Callable[[Record, Layout | None], Record | None]
+    ) -> Record | None:
+        """``key``'s record, read again (up to ``_READS`` times) while ``assemble`` finds a
+        piece of its layout gone, replaced by a newer write."""
+        for _ in range(_READS):
+            record = self.inner.load(key)
+            if record is None:
+                return None
+            layout = Layout.unpack(record.body)
+            whole = assemble(record, layout)
+            if whole is not None:
+                # What a later write of this store replaces, unless another writes between.
+                self._remember(key, record.summary.revision, layout)
+                return whole
+        raise BackendUnavailableError(
+            f"{self.name} load of {key!r}: the record kept changing while it was read",
+            backend=self.name,
+            operation="load",
+        )
+
+    def _tail(self, record: Record, layout: Layout, count: int) -> Record | None:
+        held, start = _entries(layout.inline), len(layout.pieces)
+        while held < count and start > 0:
+            start -= 1
+            content = self._read_pieces(record.key, [layout.pieces[start][0]])[0]
+            if content is None:
+                break  # replaced meanwhile (read again) or gone: as a whole read says
+            held += _entries(content)
+        return self._assembled(record, layout, start)
+
     def whole(self, record: Record) -> Record | None:
         """``record`` as a reader gets it: a layout record assembled from its pieces (``None``
         if one is gone because the record was replaced meanwhile: read it again); any other
@@ -167,17 +197,19 @@ class Segmented(Closable):
         ``UnreadableEnvelopeError`` naming it."""
         return self._assembled(record, Layout.unpack(record.body))
 
-    def _assembled(self, record: Record, layout: Layout | None) -> Record | None:
+    def _assembled(self, record: Record, layout: Layout | None, start: int = 0) -> Record | None:
+        """``record`` with its history assembled from its pieces from ``start`` on."""
         if layout is None:
             return record
         key = record.key
-        contents = self._read_pieces(key, [piece for piece, _ in layout.pieces])
+        pieces = layout.pieces[start:]
+        contents = self._read_pieces(key, [piece for piece, _ in pieces])
         if all(c is not None for c in contents):
             body = layout.assemble(c for c in contents if c is not None)
             return Record(replace(record.summary, size=len(body)), body)
         again = self.inner.head(key)
         if again is not None and again.revision == record.summary.revision:
-            missing = [p for (p, _), c in zip(layout.pieces, contents, strict=True) if not c]
+            missing = [p for (p, _), c in zip(pieces, contents, strict=True) if not c]
             raise UnreadableEnvelopeError(
                 f"record {key!r} (revision {again.revision}) refers to history segments "
                 f"that are gone from the {self.name} store: {', '.join(missing)}",
@@ -485,6 +517,18 @@ class Segmented(Closable):
 
     def _forget(self, key: str) -> None:
         self._known.pop(key)
+
+
+def _entries(content: Chunk) -> int:
+    """History entries in ``content`` (the history array's contents, or a part of them made
+    of whole entries); bytes that are not JSON count as enough, and their reader reports
+    them unreadable."""
+    if not content:
+        return 0
+    try:
+        return len(orjson.loads(b"".join((b"[", content, b"]"))))
+    except orjson.JSONDecodeError:
+        return sys.maxsize
 
 
 def _piece_summary(piece_key: str, key: str, size: int) -> Summary:

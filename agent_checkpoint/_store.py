@@ -219,10 +219,24 @@ class Store:
         record = self.get_record(key)
         return None if record is None else self._codec.decode(record.body, key)
 
-    def get_json(self, key: str) -> dict[str, Json] | None:
-        """The stored envelope as plain JSON (upgraded and validated)."""
-        record = self.get_record(key)
-        return None if record is None else self._codec.decode_json(record.body, key)
+    def get_json(self, key: str, *, last: int | None = None) -> dict[str, Json] | None:
+        """The stored envelope as plain JSON (upgraded and validated). With ``last``, its
+        history holds only the newest ``last`` entries, and a history kept in pieces is read
+        only as far back as they go: the newest few of a long conversation cost about what
+        the same few alone would (``last=0``: none, the rest of the record only)."""
+        if last is None:
+            record = self.get_record(key)
+            return None if record is None else self._codec.decode_json(record.body, key)
+        if isinstance(last, bool) or not isinstance(last, int) or last < 0:
+            raise InvalidArgumentError(f"last must be a whole number >= 0, not {last!r}")
+        checked = check_key(key)
+        records = self._records
+        tail = (
+            self._call(lambda: records.load_tail(checked, last))
+            if isinstance(records, Segmented)
+            else self.get_record(checked)
+        )
+        return None if tail is None else self._codec.decode_json(tail.body, key, last=last)
 
     def get(self, key: str) -> RunCheckpoint | None:
         """The conversation stored under ``key``, or ``None`` if it was never written."""

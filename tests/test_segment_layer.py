@@ -231,6 +231,27 @@ def test_the_writer_reads_its_own_long_history_with_one_load_and_others_read_the
     assert sorted(pieces.loads) == sorted(_pieces(backend))
 
 
+def test_the_newest_few_entries_are_read_from_the_newest_pieces_alone() -> None:
+    backend = LoadCounting()
+    writer = _store(backend, max_segments=64)
+    grown = _grow(40)
+    for ckpt in grown:
+        writer.put(ckpt, key="k")
+    pieces = backend.namespace(PIECES)
+    assert isinstance(pieces, LoadCounting)
+    stored = len(_pieces(backend))
+    assert stored >= 10
+    everything = [m.to_json() for m in grown[-1].history]
+    for last, most in ((1, 1), (3, 3), (40, stored)):
+        pieces.loads.clear()
+        got = _store(backend).get_json("k", last=last)  # a reader that remembers nothing
+        assert got is not None and got["data"]["history"] == everything[-last:]
+        assert 1 <= len(pieces.loads) <= most, (last, pieces.loads)
+    pieces.loads.clear()
+    assert _store(backend).get_json("k", last=0) is not None
+    assert pieces.loads == []
+
+
 def test_a_put_that_states_no_revision_replaces_the_remembered_layout_without_a_read() -> None:
     backend = LoadCounting()
     store = _store(backend)

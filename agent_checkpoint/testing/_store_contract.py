@@ -17,6 +17,7 @@ from .._store_types import MOMENT_LIMIT_MS
 from ..backends._base import Backend, Query, Record, Summary
 from ..errors import (
     ConflictError,
+    InvalidArgumentError,
     InvalidCheckpointError,
     InvalidKeyError,
     OwnershipConflictError,
@@ -128,6 +129,40 @@ class _StoreContract:
                 assert store.decode(got).to_json() == store.decode(each).to_json()
                 assert store.decode_json(got) == store.get_json(got.key)
         assert store.get_records([]) == []
+
+    def test_get_json_last_reads_the_newest_entries_of_a_growing_history(
+        self, store: Store
+    ) -> None:
+        history: tuple[Message, ...] = ()
+        for i in range(60):  # one put per message: the history grows as an agent's does
+            history = (*history, Message("user" if i % 2 else "assistant", f"{i} " + "x" * 600))
+            store.put(RunCheckpoint.new("go", history, run_id="r"), key="g")
+        whole = store.get_json("g")
+        assert whole is not None
+        stored = whole["data"]["history"]
+        assert len(stored) == 60
+        for last in (0, 1, 7, 59, 60, 500):
+            got = store.get_json("g", last=last)
+            assert got is not None
+            assert got["data"]["history"] == stored[60 - min(last, 60) :]
+            rest = {k: v for k, v in got["data"].items() if k != "history"}
+            assert rest == {k: v for k, v in whole["data"].items() if k != "history"}
+            assert {k: v for k, v in got.items() if k != "data"} == {
+                k: v for k, v in whole.items() if k != "data"
+            }
+        paused = PausedRun(
+            checkpoint={"pausedStageId": "s", "sharedState": {}, "subflowPath": []},
+            conversation=RunCheckpoint.new("go", history[:5], run_id="p"),
+            pending={"question": "ok?", "pauseData": None},
+        )
+        store.put(to_paused_envelope(paused), key="p")
+        got = store.get_json("p", last=2)
+        assert got is not None and got["format"] == "flowchart-v1"
+        assert got["data"]["conversation"]["history"] == [m.to_json() for m in history[3:5]]
+        assert store.get_json("missing", last=3) is None
+        for bad in (-1, True, 1.5, "3"):
+            with pytest.raises(InvalidArgumentError, match="last must be a whole number"):
+                store.get_json("g", last=bad)  # type: ignore[arg-type]
 
     def test_invalid_checkpoint_is_refused_and_nothing_is_stored(self, store: Store) -> None:
         doc = checkpoint().to_json()
