@@ -3,10 +3,13 @@ a ``Store`` or an ``AsyncStore``. Shared by the integrations; public API only.""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from agent_checkpoint import AsyncStore, InvalidArgumentError, Store, open_async_store
+
+T = TypeVar("T")
 
 THREADS = 4
 """Threads an integration runs a ``Store`` it was given (or memory://) on."""
@@ -34,3 +37,20 @@ def check_options(store: object, options: Mapping[str, Any]) -> None:
     """Store options go with a URL only: a store given is already open."""
     if not isinstance(store, str) and options:
         raise InvalidArgumentError("store options go with a store URL, not a store")
+
+
+async def settled(awaitable: Awaitable[T]) -> T:
+    """The outcome of a write, awaited to its end even when the caller is cancelled (then
+    ``CancelledError`` is raised after it): the integration then knows what is stored."""
+    task = asyncio.ensure_future(awaitable)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+    if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # retrieved: not logged as never retrieved
+        raise cancelled
+    return task.result()

@@ -36,7 +36,7 @@ import asyncio
 import math
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -62,7 +62,7 @@ from agent_checkpoint import (
     open_store,
 )
 
-from ._stores import async_store_of, check_options
+from ._stores import async_store_of, check_options, settled
 
 if TYPE_CHECKING:
     from agents.memory import Session
@@ -395,23 +395,6 @@ class _Seen:
 _NONE = _Seen(None, (), "")
 
 
-async def _settled(awaitable: Awaitable[T]) -> T:
-    """The outcome of a write, awaited to its end even when the caller is cancelled (then
-    ``CancelledError`` is raised after it): the session then knows what is stored."""
-    task = asyncio.ensure_future(awaitable)
-    cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as exc:
-            cancelled = cancelled or exc
-    if cancelled is not None:
-        if not task.cancelled():
-            task.exception()  # retrieved: not logged as never retrieved
-        raise cancelled
-    return task.result()
-
-
 class AgentCheckpointSession:
     """The Agents SDK's ``Session`` on an agent-checkpoint store (see the module docstring).
 
@@ -532,7 +515,7 @@ class AgentCheckpointSession:
 
     async def _changing(self, fn: Callable[..., T], *args: Any) -> T:
         async with self._lock():
-            return await _settled(self._store.call(fn, *args))
+            return await settled(self._store.call(fn, *args))
 
     # -- the one implementation, over a Store ----------------------------------------------
 
