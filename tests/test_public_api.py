@@ -116,6 +116,7 @@ PUBLIC_MODULES = [
     "agent_checkpoint.backends",
     "agent_checkpoint.errors",
     "agent_checkpoint.integrations",
+    "agent_checkpoint.integrations.adk",  # extra `adk`
     "agent_checkpoint.integrations.langgraph",  # extra `langgraph`
     "agent_checkpoint.integrations.openai_agents",  # extra `openai-agents`
     "agent_checkpoint.resume",
