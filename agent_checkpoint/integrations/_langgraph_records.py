@@ -1,13 +1,15 @@
 """The LangGraph saver's records: the keys it writes under (``langgraph/<thread>/<namespace>/
-...``, parsed back by ``parse``), and LangChain messages as our ``Message`` and back."""
+...``, parsed back by ``parse`` and ``parse_head``), LangChain messages as our ``Message`` and
+back, and the compact form of a checkpoint's entry in its lineage (``pack``, ``unpack``)."""
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from langchain_core.messages import (
@@ -24,6 +26,8 @@ from langchain_core.runnables import RunnableConfig
 from agent_checkpoint import InvalidArgumentError, Message, ToolCall
 
 ROOT_NS = "-"  # the root namespace ("") in a key
+ENTRY_ROLE = "checkpoint"
+"""The role of a checkpoint's entry in its lineage's history (no text: no tool counts it)."""
 _UUID_EPOCH = 0x01B21DD213814000  # 1582-10-15 to 1970-01-01 in 100 ns ticks (RFC 9562)
 
 
@@ -78,8 +82,8 @@ class Key:
         """The key of the lineage a checkpoint's messages reference names (by its suffix)."""
         return f"{self.base}/m/{ref['lineage']}"
 
-    def holds_checkpoint(self, key: str) -> bool:
-        prefix = f"{self.base}/c/"
+    def holds_lineage(self, key: str) -> bool:
+        prefix = f"{self.base}/m/"
         return key.startswith(prefix) and "/" not in key[len(prefix) :]
 
 
@@ -93,15 +97,22 @@ def thread_of(config: RunnableConfig) -> Key:
     return Key(str(thread), str(configurable.get("checkpoint_ns") or ""))
 
 
-def id_time(checkpoint_id: str) -> int | None:
-    """Epoch ms of a UUIDv6 checkpoint id (LangGraph's ids carry their time), else ``None``."""
+def id_ticks(checkpoint_id: str) -> int | None:
+    """100 ns ticks since the epoch of a UUIDv6 checkpoint id (LangGraph's ids carry their
+    time), else ``None``."""
     with suppress(ValueError):
         parsed = uuid.UUID(checkpoint_id)
         if parsed.version == 6:
             ticks = ((parsed.int >> 96) << 28) | (((parsed.int >> 80) & 0xFFFF) << 12)
             ticks |= (parsed.int >> 64) & 0xFFF
-            return (ticks - _UUID_EPOCH) // 10_000
+            return ticks - _UUID_EPOCH
     return None
+
+
+def id_time(checkpoint_id: str) -> int | None:
+    """Epoch ms of a UUIDv6 checkpoint id, else ``None``."""
+    ticks = id_ticks(checkpoint_id)
+    return None if ticks is None else ticks // 10_000
 
 
 def saved_at(checkpoint_id: str, ts: str | None) -> int:
@@ -116,6 +127,7 @@ def saved_at(checkpoint_id: str, ts: str | None) -> int:
 # -- messages -----------------------------------------------------------------------------
 
 _ROLES = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system"}
+_KINDS = {role: kind for kind, role in _ROLES.items()}
 _EMPTY: tuple[Any, ...] = (None, {}, [], "")
 
 
@@ -147,41 +159,173 @@ def to_ours(message: BaseMessage) -> Message:
         tool_calls=calls,
         tool_call_id=call_id,
         tool_name=message.name if lc["type"] == "tool" and message.name else None,
-        extra={"lc": {"type": lc["type"], **data}},
+        extra={"lc": data if _ROLES.get(lc["type"]) == role else {"type": lc["type"], **data}},
     )
 
 
 def to_langchain(message: Message) -> BaseMessage:
-    lc = message.extra.get("lc")
+    return langchain_of(message.to_json())
+
+
+_CLASSES: dict[str, type[BaseMessage]] = {
+    "human": HumanMessage,
+    "ai": AIMessage,
+    "tool": ToolMessage,
+    "system": SystemMessage,
+}
+
+
+def langchain_of(message: Mapping[str, Any]) -> BaseMessage:
+    """The LangChain message of one stored message (its JSON, as ``to_ours`` wrote it)."""
+    lc = message.get("lc")
+    calls = message.get("toolCalls")
     if isinstance(lc, dict):
         data = {k: v for k, v in lc.items() if k != "type"}
-        data.setdefault("content", message.content)
-        if lc["type"] == "tool" and message.tool_name is not None:
-            data.setdefault("name", message.tool_name)
-        if message.tool_calls is not None:
-            data["tool_calls"] = [
-                {"name": c.name, "args": dict(c.args), "id": c.id, "type": "tool_call"}
-                for c in message.tool_calls
-            ]
-        if message.tool_call_id is not None:
-            data["tool_call_id"] = message.tool_call_id
-        return messages_from_dict([{"type": lc["type"], "data": data}])[0]
+        data.setdefault("content", message["content"])
+        kind = lc.get("type") or _KINDS[message["role"]]
+        if kind == "tool" and message.get("toolName") is not None:
+            data.setdefault("name", message["toolName"])
+        if calls is not None:
+            data["tool_calls"] = _calls(calls)
+        if message.get("toolCallId") is not None:
+            data["tool_call_id"] = message["toolCallId"]
+        cls = _CLASSES.get(kind)
+        if cls is not None:
+            return cls(**data)
+        return messages_from_dict([{"type": kind, "data": data}])[0]
     # a history another runtime wrote: the role and text, and the tool calls
-    if message.role == "assistant":
-        calls = [
-            {"name": c.name, "args": dict(c.args), "id": c.id, "type": "tool_call"}
-            for c in message.tool_calls or ()
-        ]
-        return AIMessage(content=message.content, tool_calls=calls)
-    if message.role == "tool":
-        return ToolMessage(
-            content=message.content,
-            tool_call_id=message.tool_call_id or "",
-            name=message.tool_name,
+    role, content = message.get("role"), str(message.get("content", ""))
+    if role == "assistant":
+        return AIMessage(
+            content=content,
+            tool_calls=_calls(calls or ()),
         )
-    if message.role == "system":
-        return SystemMessage(content=message.content)
-    return HumanMessage(content=message.content)
+    if role == "tool":
+        return ToolMessage(
+            content=content,
+            tool_call_id=str(message.get("toolCallId") or ""),
+            name=message.get("toolName"),
+        )
+    if role == "system":
+        return SystemMessage(content=content)
+    return HumanMessage(content=content)
+
+
+def _calls(calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"name": c["name"], "args": dict(c.get("args") or {}), "id": c["id"], "type": "tool_call"}
+        for c in calls
+    ]
+
+
+# -- checkpoint entries ---------------------------------------------------------------------
+
+_SHORT = {
+    "v": "v",
+    "channel_versions": "cv",
+    "versions_seen": "vs",
+    "updated_channels": "uc",
+    "pending_sends": "ps",
+}
+_LONG = {short: name for name, short in _SHORT.items()}
+_DEFAULTS: dict[str, Any] = {"pending_sends": [], "updated_channels": None}
+_ABSENT = "x"  # the defaulted fields a checkpoint does not have
+_PAD = 32  # the zero-padded counter of the versions ``get_next_version`` makes
+
+
+def _short_version(version: Any) -> Any:
+    if not isinstance(version, str):
+        return version
+    if len(version) > _PAD and version[_PAD] == "." and version[:_PAD].isdigit():
+        return f"~{int(version[:_PAD])}{version[_PAD:]}"
+    return "~" + version if version.startswith(("~", "=")) else version
+
+
+def _long_version(version: Any) -> Any:
+    if not isinstance(version, str) or not version.startswith("~"):
+        return version
+    if version.startswith(("~~", "~=")):
+        return version[1:]
+    number, dot, rest = version[1:].partition(".")
+    return f"{int(number):0{_PAD}}{dot}{rest}"
+
+
+def pack(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A checkpoint's fields (all but id, ts and values) under short names, those at their
+    default left out, its channel versions without their zero padding (a node's version seen
+    that is the channel's current one as ``"="``); ``unpack`` gives them back exactly."""
+    packed: dict[str, Any] = {}
+    found = fields.get("channel_versions")
+    current: Mapping[str, Any] = found if isinstance(found, dict) else {}
+    for name, value in fields.items():
+        if name in _DEFAULTS and value == _DEFAULTS[name]:
+            continue
+        if name == "channel_versions" and isinstance(value, dict):
+            value = {ch: _short_version(v) for ch, v in value.items()}
+        elif name == "versions_seen" and isinstance(value, dict):
+            value = {
+                node: {
+                    ch: "=" if ch in current and v == current[ch] else _short_version(v)
+                    for ch, v in seen.items()
+                }
+                if isinstance(seen, dict)
+                else seen
+                for node, seen in value.items()
+            }
+        packed[_SHORT.get(name, "+" + name)] = value
+    absent = [_SHORT[name] for name in _DEFAULTS if name not in fields]
+    if absent:
+        packed[_ABSENT] = absent
+    return packed
+
+
+def unpack(packed: Mapping[str, Any]) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    found = packed.get("cv")
+    current = {ch: _long_version(v) for ch, v in found.items()} if isinstance(found, dict) else {}
+    for short, value in packed.items():
+        if short == _ABSENT:
+            continue
+        name = short[1:] if short.startswith("+") else _LONG[short]
+        if name == "channel_versions" and isinstance(value, dict):
+            value = {ch: _long_version(v) for ch, v in value.items()}
+        elif name == "versions_seen" and isinstance(value, dict):
+            value = {
+                node: {ch: current[ch] if v == "=" else _long_version(v) for ch, v in seen.items()}
+                if isinstance(seen, dict)
+                else seen
+                for node, seen in value.items()
+            }
+        fields[name] = value
+    absent = packed.get(_ABSENT, ())
+    for name, default in _DEFAULTS.items():
+        if name not in fields and _SHORT[name] not in absent:
+            fields[name] = copy.deepcopy(default)
+    return fields
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def pack_ts(checkpoint_id: str, ts: Any) -> dict[str, Any]:
+    """A checkpoint's ``ts`` as microseconds after its id's time (``{"t": ...}``) where that
+    gives it back exactly, else as it is (``{"ts": ...}``)."""
+    ticks = id_ticks(checkpoint_id)
+    if isinstance(ts, str) and ticks is not None:
+        with suppress(ValueError, OverflowError):
+            at = datetime.fromisoformat(ts)
+            if at.tzinfo is not None:
+                offset = (at - _EPOCH) // timedelta(microseconds=1) - ticks // 10
+                if unpack_ts(checkpoint_id, {"t": offset}) == ts:
+                    return {"t": offset}
+    return {"ts": ts}
+
+
+def unpack_ts(checkpoint_id: str, entry: Mapping[str, Any]) -> Any:
+    if "t" not in entry:
+        return entry.get("ts")
+    ticks = id_ticks(checkpoint_id) or 0
+    return (_EPOCH + timedelta(microseconds=ticks // 10 + int(entry["t"]))).isoformat()
 
 
 def is_messages(value: Any) -> bool:
@@ -208,6 +352,16 @@ def parse(key: str) -> tuple[Key, str, str | None] | None:
     if len(parts) == 7 and task is None:
         return None
     return thread, checkpoint_id, task
+
+
+def parse_head(key: str) -> Key | None:
+    """The thread and namespace of a lineage's key (``.../m/<lineage>``); ``None`` for any
+    other key."""
+    parts = key.split("/")
+    if len(parts) != 5 or parts[0] != "langgraph" or parts[3] != "m":
+        return None
+    ns = "" if parts[2] == ROOT_NS else unescape(parts[2][1:])
+    return Key(unescape(parts[1]), ns)
 
 
 def retarget(key: str, thread_id: str) -> str:

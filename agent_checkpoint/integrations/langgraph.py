@@ -12,20 +12,27 @@ on Redis and PostgreSQL, the store's own threads elsewhere).
 
 What it stores, under keys ``langgraph/<thread>/<namespace>/...``:
 
-- ``m/<lineage>``: the messages channel (``add_messages``) as the history of a run record,
-  one message per LangChain message (role and text readable by any of our tools, the
-  LangChain fields under ``lc``). A put appends to it through the store's segment layer, so
-  a step writes only the messages it added. A history that does not extend it (a message
-  removed or replaced, a fork from an older checkpoint) starts a new lineage; checkpoints
-  keep the lineage and message count they were saved with.
-  The lineage is also the thread's head: every put writes it conditionally on the revision
-  this saver last read or wrote, so a second writer that read the thread before another
-  wrote it gets ``ConflictError`` rather than silently forking it.
-- ``c/<inverted checkpoint id>``: one checkpoint: its versions, metadata and the other
-  channels' values (LangGraph's serializer, no pickle fallback), indexed under the agent id
-  ``langgraph:<thread>`` and owned by ``owner``, saved at the checkpoint id's time: a thread's
-  checkpoints list newest first from the store's index, and all threads' from its owner index.
-- ``c/<inverted checkpoint id>/w/<task>``: the pending writes of one task.
+- ``m/<lineage>``: the thread's lineage, one record holding its messages channel
+  (``add_messages``) and its checkpoints, in the order they were written, as the history of
+  a run record: one message per LangChain message (role and text readable by any of our
+  tools, the LangChain fields under ``lc``), and after the messages a checkpoint saw, its
+  entry (role ``checkpoint``, no text: our tools count no message for it): its id, its
+  versions and metadata, the other channels' values (LangGraph's serializer, no pickle
+  fallback), its parent and message count only where they are not the entry and messages
+  before it. A put appends the new messages and the entry through the store's segment
+  layer: one write, of what the step added. A history that does not extend the lineage (a
+  message removed or replaced, a fork from an older checkpoint) starts a new lineage;
+  checkpoints stay in the lineage they were saved in.
+  The lineage is owned by ``owner``, indexed under the agent id ``langgraph:<thread>`` and
+  saved when its newest checkpoint is: a thread's checkpoints list newest first from the
+  store's index, and all threads' from its owner index. Every put writes it conditionally
+  on the revision this saver last read or wrote, so a second writer that read the thread
+  before another wrote it gets ``ConflictError`` rather than silently forking it.
+- ``c/<inverted checkpoint id>/w/<task>``: the pending writes of one task, saved at their
+  checkpoint's time.
+
+This layout replaced one with a record per checkpoint (``c/<inverted checkpoint id>``)
+before any release: what that one stored is not read, and there is no migration.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import os
 import random
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -82,11 +89,16 @@ from agent_checkpoint import (
 from agent_checkpoint import OriginalInput as _Input
 
 from ._langgraph_records import (
+    ENTRY_ROLE,
     ROOT_NS,
     Key,
     id_time,
     is_messages,
+    langchain_of,
+    pack,
+    pack_ts,
     parse,
+    parse_head,
     retarget,
     same,
     saved_at,
@@ -94,6 +106,8 @@ from ._langgraph_records import (
     to_langchain,
     to_ours,
     unescape,
+    unpack,
+    unpack_ts,
 )
 from ._stores import async_store_of, check_options
 
@@ -117,17 +131,66 @@ class Thread:
 
 
 @dataclass(frozen=True, slots=True)
+class _Entry:
+    """A checkpoint's entry in its lineage, with what its place there says."""
+
+    lineage: str  # the key of the lineage that holds it
+    id: str
+    parent: str | None
+    count: int | None  # messages in the checkpoint; None: no messages channel
+    at: int  # epoch ms: its id's time (its writes are listed at it)
+    data: Mapping[str, Any]  # as stored
+
+
+@dataclass(frozen=True, slots=True)
 class _Lineage:
-    """What this saver last read or wrote of a thread's messages."""
+    """What this saver last read or wrote of a thread's lineage."""
 
     key: str | None  # None: no lineage stored yet (the first put creates the first)
     revision: int
     langchain: tuple[BaseMessage, ...]
-    ours: tuple[Message, ...]
-    latest: str | None  # the thread's latest checkpoint id, as the lineage's head says
+    ours: tuple[Message, ...]  # the stored history: messages and entries
+    latest: str | None  # the thread's latest checkpoint id
+    entries: tuple[_Entry, ...]
 
 
-_NONE = _Lineage(None, 0, (), (), None)
+_NONE = _Lineage(None, 0, (), (), None, ())
+
+
+class _Read:
+    """A lineage read for its checkpoints: its entries, and its messages turned into
+    LangChain's only as far as a checkpoint returned needs them."""
+
+    __slots__ = ("_langchain", "_raw", "entries", "thread")
+
+    def __init__(
+        self,
+        thread: Key,
+        entries: Sequence[_Entry],
+        raw: Sequence[Mapping[str, Any]],
+        langchain: builtins.list[BaseMessage],
+    ) -> None:
+        self.thread = thread
+        self.entries = entries
+        self._raw = raw
+        self._langchain = langchain
+
+    @classmethod
+    def known(cls, thread: Key, lineage: _Lineage) -> _Read:
+        return cls(thread, lineage.entries, (), builtins.list(lineage.langchain))
+
+    def messages(self, count: int) -> builtins.list[BaseMessage]:
+        done = self._langchain
+        while len(done) < count and len(done) < len(self._raw):
+            done.append(langchain_of(self._raw[len(done)]))
+        if len(done) < count:
+            raise ConflictError(
+                f"thread {self.thread.thread!r}: its lineage holds {len(done)} messages, "
+                f"fewer than the {count} a checkpoint saved"
+            )
+        return done[:count]
+
+
 _ASKED = 4096  # checkpoints read by id (time travel) a saver remembers
 
 
@@ -176,7 +239,6 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             store_options = {**store_options, "ttl": self.ttl_seconds}
         self.messages_channel = messages_channel
         self.owner = owner
-        self._threads_owner = f"{owner}:threads"  # the index of thread heads
         self._given = store
         self._url = store if isinstance(store, str) else None
         self._options = store_options
@@ -356,8 +418,8 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
 
     def _threads(self, store: Store, limit: int) -> builtins.list[Thread]:
         found: dict[str, Thread] = {}
-        page = min(max(limit + limit // 4, 10), 1000)  # a few more: old lineages of forks
-        heads = store.iter_summaries(owner=self._threads_owner, page_size=page)
+        page = min(max(limit + limit // 4, 10), 1000)  # a few more: forks, pending writes
+        heads = store.iter_summaries(owner=self.owner, page_size=page)
         for group in _by_time(heads):
             # one millisecond's heads newest first by their latest checkpoint's id
             for summary in sorted(group, key=lambda s: s.run_id, reverse=True):
@@ -376,9 +438,9 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
     # -- retention and claims ----------------------------------------------------------------
 
     def sweep(self, *, limit: int = 1000) -> int:
-        """Delete what was last written more than ``ttl`` ago (old checkpoints, their writes,
-        idle threads), at most ``limit`` records a call, oldest first; the number deleted.
-        A no-op without ``ttl``."""
+        """Delete what was last written more than ``ttl`` ago (idle threads, the pending writes
+        of old checkpoints), at most ``limit`` records a call, oldest first; the number
+        deleted. A no-op without ``ttl``."""
         return self._sweep(self.store, limit)
 
     async def asweep(self, *, limit: int = 1000) -> int:
@@ -398,7 +460,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         retention or pruning removed it while the thread lives on."""
         thread = Key(thread_id, "")
         key = thread.first_lineage
-        if store.head(key) is None and next(self._checkpoints(store, thread), None) is not None:
+        if store.head(key) is None and self._heads(store, thread):
             with suppress(ConflictError):  # another worker put it back first
                 store.put(self._head(thread, "", (), 0), key=key, create_only=True)
         return key
@@ -429,42 +491,26 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             values[self.messages_channel] = messages
             messages = None
         step = metadata.get("step", 0)
-        lineage, revision, count = self._commit(
-            store, thread, checkpoint_id, parent, messages, step if isinstance(step, int) else 0
+        entry = {"id": checkpoint_id, **pack_ts(checkpoint_id, checkpoint.get("ts"))}
+        if id_time(checkpoint_id) is None:
+            entry["at"] = saved_at(checkpoint_id, checkpoint.get("ts"))
+        rest = {k: v for k, v in checkpoint.items() if k not in ("id", "ts", "channel_values")}
+        entry.update(self._packed(rest, "c"))
+        if values:
+            entry["vals"] = {k: self._dump(v) for k, v in values.items()}
+        entry.update(self._packed(get_checkpoint_metadata(config, metadata), "m"))
+        if self.messages_channel != "messages":
+            entry["ch"] = self.messages_channel
+        self._commit(
+            store,
+            thread,
+            checkpoint_id,
+            parent,
+            messages,
+            entry,
+            step if isinstance(step, int) else 0,
         )
-        full_metadata = get_checkpoint_metadata(config, metadata)
-        record: dict[str, Any] = {  # the thread, namespace and id are the key's
-            "parent": parent,
-            "checkpoint": self._dump_json(
-                {k: v for k, v in checkpoint.items() if k != "channel_values"}
-            ),
-            "values": {k: self._dump(v) for k, v in values.items()},
-            "metadata": self._dump_json(full_metadata),
-        }
-        if messages is not None:
-            ref = {"lineage": lineage.rpartition("/m/")[2], "revision": revision, "count": count}
-            if self.messages_channel != "messages":
-                ref["channel"] = self.messages_channel
-            record["messages"] = ref
-        run_id = full_metadata.get("run_id")
-        at = saved_at(checkpoint_id, checkpoint.get("ts"))
-        data = RunCheckpoint(
-            run_id=str(run_id) if run_id is not None else checkpoint_id,
-            history=(),
-            last_completed_iteration=step if isinstance(step, int) else 0,
-            original_input=_Input(""),
-            identity=Identity(thread.thread, principal=self.owner),
-            agent=AgentRef(thread.tag),
-            extra={"langgraph": record},
-        )
-        store.put(to_envelope(data, saved_at=at), key=thread.checkpoint(checkpoint_id))
-        return {
-            "configurable": {
-                "thread_id": thread.thread,
-                "checkpoint_ns": thread.ns,
-                "checkpoint_id": checkpoint_id,
-            }
-        }
+        return _config(thread, checkpoint_id)
 
     def _commit(
         self,
@@ -473,11 +519,12 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         checkpoint_id: str,
         parent: str | None,
         messages: builtins.list[BaseMessage] | None,
+        entry: dict[str, Any],
         step: int,
-    ) -> tuple[str, int, int]:
-        """Write the thread's head: the messages appended to its lineage, or a new lineage
-        when they do not extend it; conditional on the revision this saver last saw. The
-        lineage key, its revision and the checkpoint's message count."""
+    ) -> None:
+        """Append the messages and the checkpoint's entry to the thread's lineage (or a new
+        lineage when the messages do not extend it), conditional on the revision this saver
+        last saw: one write."""
         seen = self._lineage(store, thread, parent)
         if (
             parent is not None
@@ -494,8 +541,9 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 "pass its checkpoint_id in the config).",
             )
         known = seen.langchain
+        count: int | None
         if messages is None:
-            langchain, ours, count = known, seen.ours, 0
+            langchain, ours, count = known, seen.ours, None
         elif len(messages) >= len(known) and same(messages[: len(known)], known):
             added = messages[len(known) :]
             langchain = (*known, *added)
@@ -504,11 +552,12 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         elif same(messages, known[: len(messages)]):
             langchain, ours, count = known, seen.ours, len(messages)
         else:
-            langchain = tuple(messages)
-            ours = tuple(to_ours(m) for m in messages)
-            count = len(messages)
-            return self._fork(store, thread, seen, checkpoint_id, langchain, ours, step)
+            self._fork(store, thread, seen, checkpoint_id, parent, messages, entry, step)
+            return
         key = seen.key or thread.first_lineage
+        previous = seen.entries[-1].id if seen.entries else None
+        message, stored = _entry(thread, key, entry, parent, previous, count, len(langchain))
+        ours = (*ours, message)
         head = self._head(thread, checkpoint_id, ours, step)
         try:
             if seen.key is None:
@@ -521,8 +570,12 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         except ConflictError as exc:
             self._forget(thread)
             raise _conflict(thread, str(exc)) from exc
-        self._remember(thread, _Lineage(key, summary.revision, langchain, ours, checkpoint_id))
-        return key, summary.revision, count
+        self._remember(
+            thread,
+            _Lineage(
+                key, summary.revision, langchain, ours, checkpoint_id, (*seen.entries, stored)
+            ),
+        )
 
     def _fork(
         self,
@@ -530,17 +583,24 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         thread: Key,
         seen: _Lineage,
         checkpoint_id: str,
-        langchain: tuple[BaseMessage, ...],
-        ours: tuple[Message, ...],
+        parent: str | None,
+        messages: builtins.list[BaseMessage],
+        entry: dict[str, Any],
         step: int,
-    ) -> tuple[str, int, int]:
+    ) -> None:
         """A history that does not extend the lineage: a new lineage for it, after checking
         (and moving on) the old one's revision, so that a writer still on it conflicts."""
-        head = self._head(thread, checkpoint_id, seen.ours, step)
+        langchain = tuple(messages)
+        key = thread.lineage(checkpoint_id)
+        message, stored = _entry(thread, key, entry, parent, None, len(langchain), len(langchain))
+        ours = (*(to_ours(m) for m in messages), message)
         try:
             if seen.key is not None:
-                store.put(head, key=seen.key, if_revision=seen.revision)
-            key = thread.lineage(checkpoint_id)
+                store.put(
+                    self._head(thread, checkpoint_id, seen.ours, step),
+                    key=seen.key,
+                    if_revision=seen.revision,
+                )
             summary = store.put(
                 self._head(thread, checkpoint_id, ours, step), key=key, create_only=True
             )
@@ -550,77 +610,90 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         except ConflictError as exc:
             self._forget(thread)
             raise _conflict(thread, str(exc)) from exc
-        self._remember(thread, _Lineage(key, summary.revision, langchain, ours, checkpoint_id))
-        return key, summary.revision, len(ours)
+        self._remember(
+            thread, _Lineage(key, summary.revision, langchain, ours, checkpoint_id, (stored,))
+        )
 
     def _head(
-        self, thread: Key, checkpoint_id: str, ours: tuple[Message, ...], step: int
+        self, thread: Key, latest: str, ours: tuple[Message, ...], step: int
     ) -> RunCheckpoint:
-        asked = next((m.content for m in reversed(ours) if m.role == "user"), "")
         return RunCheckpoint(
-            run_id=checkpoint_id,
+            run_id=latest,  # the thread's latest checkpoint: listed from the index alone
             history=ours,
             last_completed_iteration=step,
-            original_input=_Input(asked),
-            identity=Identity(thread.thread, principal=self._threads_owner),
+            original_input=_Input(""),  # not the last question: rewritten at every step
+            identity=Identity(thread.thread, principal=self.owner),
             agent=AgentRef(thread.tag),
-            extra={
-                "langgraph": {"thread": thread.thread, "ns": thread.ns, "latest": checkpoint_id}
-            },
         )
+
+    def _heads(self, store: Store, thread: Key, *, any_ns: bool = False) -> builtins.list[Summary]:
+        """The summaries of a thread's lineages (of its namespace, or of all), newest first."""
+        found = []
+        for summary in store.iter_summaries(agent_id=thread.tag, page_size=100):
+            head = parse_head(summary.key)
+            if head is not None and head.thread == thread.thread and (any_ns or head == thread):
+                found.append(summary)
+        return found
 
     def _lineage(self, store: Store, thread: Key, parent: str | None) -> _Lineage:
         """The lineage a put extends: this saver's knowledge of the thread, else the lineage
-        of the parent checkpoint (or the thread's first lineage) read from the store."""
+        that holds the parent checkpoint (or the thread's latest) read from the store."""
         with self._lock:
             known = self._lineages.get(thread)
         if known is not None:
             return known
-        key = thread.first_lineage
-        if parent is not None:
-            data = store.get_json(thread.checkpoint(parent))
-            ref = _record(data).get("messages") if data is not None else None
-            if isinstance(ref, dict):
-                key = thread.lineage_key(ref)
-        return self._read_lineage(store, thread, key)
-
-    def _read_lineage(self, store: Store, thread: Key, key: str) -> _Lineage:
-        record = store.get_record(key)
+        heads = self._heads(store, thread)
+        if not heads:
+            return _NONE
+        latest = max(s.run_id for s in heads) or None
+        wanted = parent or latest
+        chosen = heads[0]
+        if len(heads) > 1:
+            for summary, record in zip(
+                heads, store.get_records([s.key for s in heads]), strict=True
+            ):
+                if record is not None and wanted is not None:
+                    read = _read(store, thread, record)
+                    if any(e.id == wanted for e in read.entries):
+                        chosen = summary
+                        break
+        record = store.get_record(chosen.key)
         if record is None:
             return _NONE
-        if record.summary.owner not in (None, self._threads_owner):
+        if record.summary.owner not in (None, self.owner):
             raise self._foreign(thread)
-        lineage = self._lineage_of(store, key, record)
+        lineage = self._lineage_of(store, thread, record, latest)
         self._remember(thread, lineage)
         return lineage
 
     @staticmethod
-    def _lineage_of(store: Store, key: str, record: Record) -> _Lineage:
-        head = store.decode(record).conversation
-        ours = head.history
-        latest = cast(dict[str, Any], head.extra.get("langgraph") or {}).get("latest")
+    def _lineage_of(store: Store, thread: Key, record: Record, latest: str | None) -> _Lineage:
+        ours = store.decode(record).conversation.history
+        langchain = [to_langchain(m) for m in ours if m.role != ENTRY_ROLE]
         return _Lineage(
-            key,
+            record.key,
             record.summary.revision,
-            tuple(to_langchain(m) for m in ours),
+            tuple(langchain),
             ours,
-            str(latest) if latest else None,
+            latest,
+            tuple(_scan(thread, record.key, ((m.role, m.extra) for m in ours))),
         )
 
-    def _messages(
-        self, store: Store, thread: Key, ref: Mapping[str, Any]
-    ) -> builtins.list[BaseMessage]:
-        key, revision, count = thread.lineage_key(ref), int(ref["revision"]), int(ref["count"])
+    def _noticed(self, thread: Key, record: Record) -> _Lineage | None:
+        """What this saver knows of the thread, if it is that lineage at that revision. A
+        newer write seen (another writer's) makes it forget what it knew: its next put reads
+        the thread again, and continues it where the graph now is."""
         with self._lock:
             known = self._lineages.get(thread)
-        if known is None or known.key != key or known.revision < revision:
-            known = self._read_lineage(store, thread, key)
-        if len(known.langchain) < count:
-            raise ConflictError(
-                f"thread {thread.thread!r}: its messages lineage {key!r} holds "
-                f"{len(known.langchain)} messages, fewer than the {count} its checkpoint saved"
-            )
-        return list(known.langchain[:count])
+        if known is None:
+            return None
+        if known.key == record.key:
+            if known.revision == record.summary.revision:
+                return known
+            self._forget(thread)
+        elif record.summary.run_id > (known.latest or ""):
+            self._forget(thread)
+        return None
 
     def _remember(self, thread: Key, lineage: _Lineage) -> None:
         with self._lock:
@@ -676,13 +749,13 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         key = thread.writes(checkpoint_id, task_id)
         at = id_time(checkpoint_id)
         if at is None:  # listed beside its checkpoint, at the checkpoint's time
-            head = store.head(thread.checkpoint(checkpoint_id))
-            if head is None:
+            found = self._find(store, thread, checkpoint_id)
+            if found is None:
                 raise InvalidArgumentError(
                     f"put_writes: no checkpoint {checkpoint_id!r} stored on thread "
                     f"{thread.thread!r}"
                 )
-            at = head.saved_at
+            at = found[0].at
         # first as a new record (a task writes once, in one round trip); where one is there
         # already (a retried task, or its error after its writes), read it and merge
         stored: Record | None = None
@@ -748,22 +821,31 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             }
             return next(self._list(store, wanted, None, None, 1), None)
         self._ask(thread, checkpoint_id)  # a step from it may branch the thread
-        key = thread.checkpoint(checkpoint_id)
-        record = _loaded(store, store.get_records([key]), self.owner)[key]
-        if record is None:
+        found = self._find(store, thread, checkpoint_id)
+        if found is None:
             return None
-        at = id_time(checkpoint_id)
-        if at is None:
-            head = store.head(key)
-            at = head.saved_at if head is not None else 0
-        writes = _writes_at(store, thread.tag, key, at)
-        return self._tuples(store, [(thread, record, [s.key for s in writes])])[0]
+        entry, read = found
+        writes = _writes_at(store, thread.tag, thread.checkpoint(checkpoint_id), entry.at)
+        return self._tuples(store, [(entry, read, [s.key for s in writes])])[0]
 
-    def _checkpoints(self, store: Store, thread: Key) -> Iterator[Summary]:
-        """The summaries of a thread's checkpoints in one namespace, newest first."""
-        for summary in store.iter_summaries(agent_id=thread.tag, page_size=100):
-            if thread.holds_checkpoint(summary.key):
-                yield summary
+    def _find(self, store: Store, thread: Key, checkpoint_id: str) -> tuple[_Entry, _Read] | None:
+        """A checkpoint's entry and its lineage: from what this saver knows, else read."""
+        with self._lock:
+            known = self._lineages.get(thread)
+        if known is not None:
+            for entry in reversed(known.entries):
+                if entry.id == checkpoint_id:
+                    return entry, _Read.known(thread, known)
+        heads = self._heads(store, thread)
+        for record in store.get_records([s.key for s in heads]):
+            if record is None or record.summary.owner != self.owner:
+                continue
+            known = self._noticed(thread, record)
+            read = _read(store, thread, record) if known is None else _Read.known(thread, known)
+            for entry in read.entries:
+                if entry.id == checkpoint_id:
+                    return entry, read
+        return None
 
     def _list(
         self,
@@ -773,8 +855,11 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None,
         limit: int | None,
     ) -> Iterator[CheckpointTuple]:
-        """Checkpoints newest first, a batch at a time: one listing page, then the batch's
-        checkpoint records, their writes and their messages each in one ``get_records``."""
+        """Checkpoints newest first, from the index: lineages and pending writes newest first
+        (a lineage is saved when its newest checkpoint is, a checkpoint's writes at its time),
+        the lineages read a batch at a time (``get_records``); a checkpoint is given once
+        the listing has passed its time, and with it every write it has and every lineage
+        that could hold a newer one."""
         if limit is not None and limit <= 0:
             return
         before_id = get_checkpoint_id(before) if before is not None else None
@@ -783,126 +868,121 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         ns = wanted.get("checkpoint_ns")
         wanted_id = wanted.get("checkpoint_id")
         batch = 100 if limit is None else min(limit, 100)
-        page = max(2 * batch, 20)
+        page = max(batch + batch // 4, 20)
         if thread_id is not None:
             summaries = store.iter_summaries(agent_id=f"langgraph:{thread_id}", page_size=page)
         else:
             summaries = store.iter_summaries(owner=self.owner, page_size=page)
         left = limit
-        chosen: builtins.list[tuple[Key, Summary]] = []
-        writes: dict[str, builtins.list[str]] = {}
-        for group in _by_time(summaries):
-            picked: builtins.list[tuple[str, Key, Summary]] = []
-            for summary in group:
-                parsed = parse(summary.key)
-                if parsed is None:
-                    continue
-                thread, checkpoint_id, task = parsed
-                if task is not None:
-                    writes.setdefault(summary.key.split("/w/")[0], []).append(summary.key)
-                    continue
-                if thread_id is not None and thread.thread != str(thread_id):
-                    continue
-                if ns is not None and thread.ns != ns:
-                    continue
-                if wanted_id is not None and checkpoint_id != wanted_id:
-                    continue
-                if before_id is not None and not checkpoint_id < before_id:
-                    continue
-                picked.append((checkpoint_id, thread, summary))
-            # one millisecond's checkpoints newest first by id (the index orders them by key)
-            picked.sort(key=lambda item: item[0], reverse=True)
-            chosen.extend((thread, summary) for _, thread, summary in picked)
-            if len(chosen) < batch:
-                continue  # a whole time group read: its writes are all in ``writes``
-            for item in self._batch(store, chosen, writes, filter):
-                yield item
-                if left is not None:
-                    left -= 1
-                    if left == 0:
-                        return
-            chosen, writes = [], {}
-            batch = 100 if left is None else min(left, 100)
-        for item in self._batch(store, chosen, writes, filter):
-            yield item
-            if left is not None:
-                left -= 1
-                if left == 0:
-                    return
+        unread: builtins.list[tuple[Key, str]] = []
+        passed = 0  # summaries listed since the oldest unread lineage
+        ready: builtins.list[tuple[_Entry, _Read]] = []
+        writes: dict[str, builtins.list[str]] = defaultdict(builtins.list)
 
-    def _batch(
-        self,
-        store: Store,
-        chosen: Sequence[tuple[Key, Summary]],
-        writes: Mapping[str, Sequence[str]],
-        filter: Mapping[str, Any] | None,
-    ) -> builtins.list[CheckpointTuple]:
-        if not chosen:
-            return []
-        keys = [summary.key for _, summary in chosen]
-        records = _loaded(store, store.get_records(keys), self.owner)
-        items = []
-        for thread, summary in chosen:
-            record = records[summary.key]
-            if record is None:
-                continue  # deleted since it was listed
-            if filter and not _matches(self._load_json(record["metadata"]), filter):
-                continue
-            items.append((thread, record, writes.get(summary.key, ())))
-        return self._tuples(store, items)
+        def admit(entries: Iterator[tuple[_Entry, _Read]]) -> None:
+            for entry, read in entries:
+                if wanted_id is not None and entry.id != wanted_id:
+                    continue
+                if before_id is not None and not entry.id < before_id:
+                    continue
+                if filter and not _matches(self._unpacked(entry.data, "m"), filter):
+                    continue
+                ready.append((entry, read))
+
+        def take(newer_than: int | None) -> builtins.list[CheckpointTuple]:
+            nonlocal ready
+            if newer_than is None:
+                out, ready = ready, []
+            else:
+                out = [item for item in ready if item[0].at > newer_than]
+                ready = [item for item in ready if item[0].at <= newer_than]
+            out.sort(key=lambda item: (item[0].at, item[0].id), reverse=True)
+            if left is not None:
+                out = out[:left]
+            items = [(e, r, writes.get(r.thread.checkpoint(e.id), ())) for e, r in out]
+            return self._tuples(store, items)
+
+        for group in _by_time(summaries):
+            if unread and (len(unread) >= batch or passed >= page):
+                admit(self._read_heads(store, unread))
+                unread, passed = [], 0
+            if not unread and ready:
+                for item in take(group[0].saved_at):
+                    yield item
+                    if left is not None:
+                        left -= 1
+                        if left == 0:
+                            return
+            for summary in group:
+                passed += 1
+                head = parse_head(summary.key)
+                if head is not None:
+                    if thread_id is not None and head.thread != str(thread_id):
+                        continue
+                    if ns is not None and head.ns != ns:
+                        continue
+                    unread.append((head, summary.key))
+                    continue
+                parsed = parse(summary.key)
+                if parsed is not None and parsed[2] is not None:
+                    writes[summary.key.split("/w/")[0]].append(summary.key)
+        if unread:
+            admit(self._read_heads(store, unread))
+        for item in take(None):
+            yield item
+
+    def _read_heads(
+        self, store: Store, heads: Sequence[tuple[Key, str]]
+    ) -> Iterator[tuple[_Entry, _Read]]:
+        """The entries of these lineages (of this saver's owner), read in one batch (a
+        lineage this saver knows at the revision listed is not decoded again)."""
+        records = store.get_records([key for _, key in heads])
+        for (thread, _), record in zip(heads, records, strict=True):
+            if record is None or record.summary.owner != self.owner:
+                continue  # deleted since it was listed, or another owner's
+            known = self._noticed(thread, record)
+            read = _Read.known(thread, known) if known is not None else _read(store, thread, record)
+            for entry in read.entries:
+                yield entry, read
 
     def _tuples(
         self,
         store: Store,
-        items: Sequence[tuple[Key, Mapping[str, Any], Sequence[str]]],
+        items: Sequence[tuple[_Entry, _Read, Sequence[str]]],
     ) -> builtins.list[CheckpointTuple]:
-        """Checkpoint tuples of stored records, their writes and messages read in a batch."""
+        """Checkpoint tuples of entries read, their writes read in one batch."""
         write_keys = [key for _, _, keys in items for key in keys]
         written = _loaded(store, store.get_records(write_keys), self.owner) if write_keys else {}
-        self._read_lineages(store, [(thread, record) for thread, record, _ in items])
         found = []
-        for thread, record, keys in items:
+        for entry, read, keys in items:
+            data = entry.data
             values = {
                 channel: self.serde.loads_typed((kind, base64.b64decode(blob)))
-                for channel, (kind, blob) in record["values"].items()
+                for channel, (kind, blob) in data.get("vals", {}).items()
             }
-            ref = record.get("messages")
-            if isinstance(ref, dict):
-                values[str(ref.get("channel", "messages"))] = self._messages(store, thread, ref)
+            if entry.count is not None:
+                values[str(data.get("ch", "messages"))] = read.messages(entry.count)
             checkpoint = cast(
-                Checkpoint, {**self._load_json(record["checkpoint"]), "channel_values": values}
+                Checkpoint,
+                {
+                    **self._unpacked(data, "c"),
+                    "id": entry.id,
+                    "ts": unpack_ts(entry.id, data),
+                    "channel_values": values,
+                },
             )
-            parent = record.get("parent")
             mine = [w for w in (written.get(key) for key in keys) if w is not None]
+            thread = read.thread
             found.append(
                 CheckpointTuple(
-                    config=_config(thread, str(checkpoint["id"])),
+                    config=_config(thread, entry.id),
                     checkpoint=checkpoint,
-                    metadata=cast(CheckpointMetadata, self._load_json(record["metadata"])),
-                    parent_config=_config(thread, str(parent)) if parent else None,
+                    metadata=cast(CheckpointMetadata, self._unpacked(data, "m")),
+                    parent_config=_config(thread, entry.parent) if entry.parent else None,
                     pending_writes=self._pending(mine),
                 )
             )
         return found
-
-    def _read_lineages(self, store: Store, items: Sequence[tuple[Key, Mapping[str, Any]]]) -> None:
-        """Read, in one batch, the lineages these checkpoints need that this saver does not
-        know well enough (``_messages`` then finds them known)."""
-        stale: dict[str, Key] = {}
-        for thread, record in items:
-            ref = record.get("messages")
-            if not isinstance(ref, dict):
-                continue
-            with self._lock:
-                known = self._lineages.get(thread)
-            key = thread.lineage_key(ref)
-            if known is None or known.key != key or known.revision < int(ref["revision"]):
-                stale[key] = thread
-        if len(stale) < 2:
-            return  # one is read by ``_messages``, as it would be alone
-        for key, stored in zip(stale, store.get_records(list(stale)), strict=True):
-            if stored is not None:
-                self._remember(stale[key], self._lineage_of(store, key, stored))
 
     # -- deleting and copying ----------------------------------------------------------------
 
@@ -912,44 +992,83 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         self._forget_thread(thread_id)
 
     def _delete_for_runs(self, store: Store, run_ids: Sequence[str]) -> None:
+        """Every lineage of this saver's owner is read (a run's checkpoints are entries in
+        them): the cost of a scan of the owner's threads, in batches."""
         runs = set(map(str, run_ids))
         if not runs:
             return
-        doomed = [
-            s
+        heads = [
+            (head, s.key)
             for s in store.iter_summaries(owner=self.owner)
-            if s.run_id in runs and (parsed := parse(s.key)) is not None and parsed[2] is None
+            if (head := parse_head(s.key)) is not None
         ]
-        for summary in doomed:
-            for key in self._with_writes(store, summary):
-                store.delete(key)
+        for start in range(0, len(heads), 100):
+            doomed: dict[str, tuple[Key, set[str]]] = {}
+            for entry, read in self._read_heads(store, heads[start : start + 100]):
+                if str(self._unpacked(entry.data, "m").get("run_id")) in runs:
+                    doomed.setdefault(entry.lineage, (read.thread, set()))[1].add(entry.id)
+            for key, (thread, ids) in doomed.items():
+                self._rewrite(store, key, lambda entry, ids=ids: entry.id not in ids)
+                self._forget(thread)
+                for checkpoint_id in ids:
+                    at = id_time(checkpoint_id)
+                    if at is not None:
+                        for w in _writes_at(
+                            store, thread.tag, thread.checkpoint(checkpoint_id), at
+                        ):
+                            store.delete(w.key)
 
-    def _with_writes(self, store: Store, checkpoint: Summary) -> builtins.list[str]:
-        tag = checkpoint.agent_id or ""
-        writes = _writes_at(store, tag, checkpoint.key, checkpoint.saved_at)
-        return [checkpoint.key, *(s.key for s in writes)]
+    def _rewrite(self, store: Store, key: str, keep: Any) -> None:
+        """Rewrite a lineage with only the entries ``keep(entry)`` keeps (their parents and
+        message counts written out where the entry before them changed)."""
+        for _ in range(_MERGE_TRIES):
+            record = store.get_record(key)
+            if record is None:
+                return
+            conversation = store.decode(record).conversation
+            thread = parse_head(key)
+            assert thread is not None
+            scanned = _scan(thread, key, ((m.role, m.extra) for m in conversation.history))
+            by_id = iter(scanned)
+            history: builtins.list[Message] = []
+            previous: str | None = None
+            messages = 0
+            for m in conversation.history:
+                if m.role != ENTRY_ROLE:
+                    history.append(m)
+                    messages += 1
+                    continue
+                entry = next(by_id)
+                if not keep(entry):
+                    continue
+                message, _ = _entry(
+                    thread, key, dict(entry.data), entry.parent, previous, entry.count, messages
+                )
+                history.append(message)
+                previous = entry.id
+            try:
+                store.put(
+                    conversation.evolve(history=tuple(history)),
+                    key=key,
+                    if_revision=record.summary.revision,
+                )
+                return
+            except ConflictError:
+                continue
+        raise ConflictError(f"lineage {key!r}: {_MERGE_TRIES} concurrent writers in a row")
 
     def _copy_thread(self, store: Store, source: str, target: str) -> None:
         summaries = builtins.list(store.iter_summaries(agent_id=f"langgraph:{source}"))
-        for summary in reversed(summaries):  # oldest first: a lineage before its checkpoints
+        for summary in reversed(summaries):  # oldest first
             envelope = store.get_json(summary.key)
             if envelope is None:
                 continue
             data = dict(cast(dict[str, Any], envelope["data"]))
-            record = dict(_record(envelope))
-            key = retarget(summary.key, target)
-            ref = record.get("messages")
-            if isinstance(ref, dict):  # the lineage of the same name, under the copy
-                record["messages"] = {**ref, "revision": 0}
-            if "thread" in record:  # a head
-                record["thread"] = target
-            data["langgraph"] = record
             data["agent"] = {"id": f"langgraph:{target}"}
             identity = data.get("identity")
             if isinstance(identity, dict):
                 data["identity"] = {**identity, "conversationId": target}
-            copied = {**envelope, "data": data}
-            store.put(copied, key=key)
+            store.put({**envelope, "data": data}, key=retarget(summary.key, target))
         self._forget_thread(target)
 
     def _prune(self, store: Store, thread_ids: Sequence[str], strategy: str) -> None:
@@ -962,23 +1081,25 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 self._delete_thread(store, thread_id)
                 continue
             summaries = builtins.list(store.iter_summaries(agent_id=f"langgraph:{thread_id}"))
-            keep: set[str] = set()  # the latest checkpoint of each namespace, and its messages
-            bases: set[str] = set()
-            for summary in summaries:  # newest first
-                base, kind, _ = summary.key.partition("/c/")
-                if kind and "/w/" not in summary.key and base not in bases:
-                    bases.add(base)
-                    keep.add(summary.key)
-                    data = store.get_json(summary.key)
-                    ref = _record(data).get("messages") if data is not None else None
-                    if isinstance(ref, dict):
-                        keep.add(f"{base}/m/{ref['lineage']}")
+            heads = [(h, s.key) for s in summaries if (h := parse_head(s.key)) is not None]
+            latest: dict[Key, _Entry] = {}  # the latest checkpoint of each namespace
+            for entry, read in self._read_heads(store, heads):
+                best = latest.get(read.thread)
+                if best is None or (entry.at, entry.id) > (best.at, best.id):
+                    latest[read.thread] = entry
+            keep = {e.lineage: e.id for e in latest.values()}
+            kept_writes = {t.checkpoint(e.id) for t, e in latest.items()}
+            for thread, key in heads:
+                if key in keep:
+                    self._rewrite(store, key, lambda entry, id=keep[key]: entry.id == id)
+                elif key == thread.first_lineage:  # a claim on the thread is made on it
+                    store.put(self._head(thread, "", (), 0), key=key)
+                else:
+                    store.delete(key)
             for summary in summaries:
-                key = summary.key
-                owner = key.split("/w/")[0]
-                if key in keep or owner in keep or key.endswith("/m/0"):
-                    continue  # the first lineage stays: a claim on the thread is made on it
-                store.delete(key)
+                parsed = parse(summary.key)
+                if parsed is not None and summary.key.split("/w/")[0] not in kept_writes:
+                    store.delete(summary.key)
             self._forget_thread(thread_id)
 
     # -- values --------------------------------------------------------------------------------
@@ -987,17 +1108,20 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         kind, blob = self.serde.dumps_typed(value)
         return [kind, base64.b64encode(blob).decode("ascii")]
 
-    def _dump_json(self, value: Mapping[str, Any]) -> dict[str, Any]:
-        """``value`` as JSON where it is JSON (readable by any tool), else serialized."""
+    def _packed(self, value: Mapping[str, Any], name: str) -> dict[str, Any]:
+        """``{name: value}`` where it is JSON (readable by any tool; a checkpoint's fields
+        packed), else ``{name + "t": serialized}``."""
         try:
-            return {"json": orjson.loads(orjson.dumps(value))}
+            plain = orjson.loads(orjson.dumps(value))
         except TypeError:
-            return {"typed": self._dump(dict(value))}
+            return {name + "t": self._dump(dict(value))}
+        return {name: pack(plain) if name == "c" else plain}
 
-    def _load_json(self, stored: Mapping[str, Any]) -> dict[str, Any]:
-        if "json" in stored:
-            return dict(stored["json"])
-        kind, blob = stored["typed"]
+    def _unpacked(self, entry: Mapping[str, Any], name: str) -> dict[str, Any]:
+        if name in entry:
+            stored = entry[name]
+            return unpack(stored) if name == "c" else dict(stored)
+        kind, blob = entry[name + "t"]
         return dict(self.serde.loads_typed((kind, base64.b64decode(blob))))
 
 
@@ -1066,6 +1190,69 @@ def _config(thread: Key, checkpoint_id: str) -> RunnableConfig:
             "checkpoint_id": checkpoint_id,
         }
     }
+
+
+def _scan(
+    thread: Key, key: str, history: Iterable[tuple[str | None, Any]]
+) -> builtins.list[_Entry]:
+    """The entries of a lineage's history (each message's role and its ``lg`` field)."""
+    found = []
+    previous: str | None = None
+    messages = 0
+    for role, data in history:
+        if role != ENTRY_ROLE:
+            messages += 1
+            continue
+        if not isinstance(data, dict):
+            continue
+        checkpoint_id = str(data["id"])
+        at = id_time(checkpoint_id)
+        found.append(
+            _Entry(
+                key,
+                checkpoint_id,
+                data.get("p", previous),
+                data.get("n", messages),
+                int(data.get("at", 0)) if at is None else at,
+                data,
+            )
+        )
+        previous = checkpoint_id
+    return found
+
+
+def _entry(
+    thread: Key,
+    key: str,
+    fields: Mapping[str, Any],
+    parent: str | None,
+    previous: str | None,
+    count: int | None,
+    preceding: int,
+) -> tuple[Message, _Entry]:
+    """A checkpoint's entry (``fields``: its id and packed fields) as the message appended
+    to lineage ``key`` after the entry ``previous`` and ``preceding`` messages: its parent and
+    message count written only where they are not those."""
+    data: dict[str, Any] = {"id": fields["id"]}
+    if parent != previous:
+        data["p"] = parent
+    if count != preceding:
+        data["n"] = count
+    data.update((k, v) for k, v in fields.items() if k not in ("id", "p", "n"))
+    checkpoint_id = str(data["id"])
+    at = id_time(checkpoint_id)
+    entry = _Entry(
+        key, checkpoint_id, parent, count, int(data.get("at", 0)) if at is None else at, data
+    )
+    return Message(ENTRY_ROLE, "", extra=data), entry
+
+
+def _read(store: Store, thread: Key, record: Record) -> _Read:
+    """A lineage's record as plain JSON: no typed values, no LangChain message built."""
+    history = cast(dict[str, Any], store.decode_json(record)["data"]).get("history") or []
+    raw = [m for m in history if m.get("role") != ENTRY_ROLE]
+    entries = _scan(thread, record.key, ((m.get("role"), m) for m in history))
+    return _Read(thread, entries, raw, [])
 
 
 def _loaded(
