@@ -899,7 +899,9 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             out.sort(key=lambda item: (item[0].at, item[0].id), reverse=True)
             if left is not None:
                 out = out[:left]
-            items = [(e, r, writes.get(r.thread.checkpoint(e.id), ())) for e, r in out]
+            items = [
+                (e, r, writes.get(r.thread.checkpoint(e.id), ()) if writes else ()) for e, r in out
+            ]
             return self._tuples(store, items)
 
         for group in _by_time(summaries):
