@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import redis
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
-from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from langgraph.graph import START, MessagesState, StateGraph
@@ -364,6 +365,49 @@ def test_a_config_without_a_thread_is_refused_by_name(tmp_path: Path) -> None:
     saver = AgentCheckpointSaver(str(tmp_path / "store"))
     with pytest.raises(InvalidArgumentError, match="names no thread"):
         saver.get_tuple({"configurable": {}})
+
+
+def test_a_checkpoint_reads_back_exactly_whatever_its_versions(tmp_path: Path) -> None:
+    """Entries are stored packed (short names, versions without their padding, a version
+    seen that is the channel's current one as a mark, defaults left out): what LangGraph put
+    comes back equal, key for key, including values that look like those marks."""
+    saver = AgentCheckpointSaver(str(tmp_path / "store"))
+    config = {"configurable": {"thread_id": "odd", "checkpoint_ns": ""}}
+    padded = saver.get_next_version(None, None)
+    checkpoint = {
+        "v": 4,
+        "id": str(uuid6(clock_seq=1)),
+        "ts": "2026-01-02T03:04:05.678901+00:00",  # not the id's time
+        "channel_values": {"count": 3},
+        "channel_versions": {"a": padded, "b": 7, "c": "=", "d": "~x"},
+        "versions_seen": {"node": {"a": padded, "b": 6, "c": "=", "d": "~~"}},
+        "updated_channels": ["a"],
+        "pending_sends": [],
+        "extra_field": {"kept": True},
+    }
+    stored = saver.put(config, checkpoint, {"source": "input", "step": -1}, {})  # type: ignore[arg-type]
+    fresh = AgentCheckpointSaver(str(tmp_path / "store"))
+    found = fresh.get_tuple(stored)
+    assert found is not None
+    assert found.checkpoint == checkpoint
+    assert found.metadata == {"source": "input", "step": -1}
+
+
+def test_deleting_a_run_keeps_the_parents_of_the_checkpoints_left(tmp_path: Path) -> None:
+    saver = AgentCheckpointSaver(str(tmp_path / "store"))
+    config: Any = {"configurable": {"thread_id": "runs", "checkpoint_ns": ""}}
+    ids = []
+    for run in ("r1", "r2", "r3"):
+        checkpoint = empty_checkpoint()
+        config = saver.put(config, checkpoint, {"run_id": run, "step": len(ids)}, {})
+        ids.append(checkpoint["id"])
+    saver.delete_for_runs(["r2"])
+    thread = {"configurable": {"thread_id": "runs"}}
+    left = {t.checkpoint["id"]: t for t in AgentCheckpointSaver(saver.store).list(thread)}
+    assert sorted(left) == sorted([ids[0], ids[2]])
+    parent = left[ids[2]].parent_config
+    assert parent is not None and parent["configurable"]["checkpoint_id"] == ids[1]
+    assert left[ids[0]].parent_config is None
 
 
 @pytest.fixture(scope="module")

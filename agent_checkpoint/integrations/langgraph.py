@@ -642,6 +642,11 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             known = self._lineages.get(thread)
         if known is not None:
             return known
+        if parent is None and store.head(thread.first_lineage) is None:
+            # a new thread: no listing (on S3 and memory a listing by agent reads the
+            # whole index). A thread whose first lineage was swept while a fork lives on
+            # starts it again; its checkpoints are all listed still.
+            return _NONE
         heads = self._heads(store, thread)
         if not heads:
             return _NONE
@@ -1005,20 +1010,16 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             if (head := parse_head(s.key)) is not None
         ]
         for start in range(0, len(heads), 100):
-            doomed: dict[str, tuple[Key, set[str]]] = {}
+            doomed: dict[str, tuple[Key, dict[str, int]]] = {}  # lineage: its entries' times
             for entry, read in self._read_heads(store, heads[start : start + 100]):
                 if str(self._unpacked(entry.data, "m").get("run_id")) in runs:
-                    doomed.setdefault(entry.lineage, (read.thread, set()))[1].add(entry.id)
+                    doomed.setdefault(entry.lineage, (read.thread, {}))[1][entry.id] = entry.at
             for key, (thread, ids) in doomed.items():
                 self._rewrite(store, key, lambda entry, ids=ids: entry.id not in ids)
                 self._forget(thread)
-                for checkpoint_id in ids:
-                    at = id_time(checkpoint_id)
-                    if at is not None:
-                        for w in _writes_at(
-                            store, thread.tag, thread.checkpoint(checkpoint_id), at
-                        ):
-                            store.delete(w.key)
+                for checkpoint_id, at in ids.items():
+                    for w in _writes_at(store, thread.tag, thread.checkpoint(checkpoint_id), at):
+                        store.delete(w.key)
 
     def _rewrite(self, store: Store, key: str, keep: Any) -> None:
         """Rewrite a lineage with only the entries ``keep(entry)`` keeps (their parents and
