@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -43,6 +44,7 @@ from .backends import open_backend
 from .backends._base import Backend, Namespaced, Query, Record, Repairable, Summary, closed_error
 from .errors import (
     BackendError,
+    BackendUnavailableError,
     CheckpointError,
     ConflictError,
     InvalidArgumentError,
@@ -519,7 +521,13 @@ class Store:
         """Run a backend operation under this store's retry policy."""
         if self.closed:
             raise closed_error(self.backend.name)
-        for attempt in self.retry.retrying():
+        began = time.monotonic()
+        try:
+            return fn()  # most calls: once, with none of the retry machinery
+        except BackendUnavailableError:
+            if self.retry.attempts <= 1:
+                raise
+        for attempt in self.retry.retrying(failed_in=time.monotonic() - began):
             with attempt:
                 return fn()
         raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover

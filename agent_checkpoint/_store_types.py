@@ -6,12 +6,14 @@ verification, keys and moments in time (``_store.py`` holds the Store itself).
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from tenacity import (
+    RetryCallState,
     Retrying,
     retry_if_exception_type,
     stop_after_attempt,
@@ -55,14 +57,34 @@ class RetryPolicy:
     maximum: float = 2.0
     deadline: float = 15.0
 
-    def retrying(self) -> Retrying:
+    def retrying(self, *, failed_in: float | None = None) -> Retrying:
+        """The attempts of one operation. ``failed_in``: its first attempt was already made
+        (a transient fault ``failed_in`` seconds after it began), outside tenacity, which
+        then makes the rest after the wait the first failure earns, within what is left of
+        the policy's attempts and deadline: ``Store._call`` tries once before it builds this,
+        since most calls need no retry and the machinery costs more than a memory put."""
+        if failed_in is None:
+            return Retrying(
+                stop=stop_after_attempt(self.attempts) | stop_after_delay(self.deadline),
+                wait=wait_random_exponential(multiplier=self.initial, max=self.maximum),
+                retry=retry_if_exception_type(BackendUnavailableError),
+                reraise=True,
+                sleep=pause,  # on the event loop's clock under AsyncStore
+            )
         return Retrying(
-            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.deadline),
-            wait=wait_random_exponential(multiplier=self.initial, max=self.maximum),
+            stop=stop_after_attempt(self.attempts - 1)
+            | stop_after_delay(max(self.deadline - failed_in, 0.0)),
+            wait=wait_random_exponential(multiplier=self.initial * 2, max=self.maximum),
             retry=retry_if_exception_type(BackendUnavailableError),
             reraise=True,
-            sleep=pause,  # on the event loop's clock under AsyncStore
+            sleep=pause,
+            before=self._wait_after_the_first,
         )
+
+    def _wait_after_the_first(self, state: RetryCallState) -> None:
+        """The wait a failed first attempt earns, before the second."""
+        if state.attempt_number == 1:
+            pause(random.uniform(0, min(self.initial, self.maximum)))
 
 
 NO_RETRY = RetryPolicy(attempts=1)

@@ -2,7 +2,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent_checkpoint import Store, open_store
+from agent_checkpoint import RetryPolicy, Store, open_store
+from agent_checkpoint.backends._base import Summary
+from agent_checkpoint.backends._memory import MemoryBackend
+from agent_checkpoint.errors import BackendUnavailableError
 from agent_checkpoint.testing import (
     ClaimsConformance,
     EncryptionConformance,
@@ -76,3 +79,39 @@ def test_a_third_party_closed_method_does_not_read_as_a_closed_store() -> None:
     store = Store(Wrapped())
     store.put(checkpoint(), key="k")
     assert not store.closed and store.get("k") is not None
+
+
+class _Faulty(MemoryBackend):
+    """A memory backend whose ``head`` fails with a transient fault ``faults`` times."""
+
+    def __init__(self, faults: int) -> None:
+        super().__init__()
+        self.faults, self.calls = faults, 0
+
+    def head(self, key: str) -> Summary | None:
+        self.calls += 1
+        if self.calls <= self.faults:
+            raise BackendUnavailableError("reset", backend="memory", operation="head")
+        return super().head(key)
+
+
+@pytest.mark.parametrize(("faults", "attempts"), [(0, 1), (1, 2), (3, 4)])
+def test_a_call_is_tried_once_and_retried_only_after_a_transient_fault(
+    faults: int, attempts: int
+) -> None:
+    backend = _Faulty(faults)
+    store = Store(backend, retry=RetryPolicy(attempts=4, initial=0.001, maximum=0.002))
+    assert store.head("k") is None
+    assert backend.calls == attempts
+
+
+def test_the_policy_s_attempts_bound_every_try_the_first_included() -> None:
+    backend = _Faulty(10)
+    store = Store(backend, retry=RetryPolicy(attempts=3, initial=0.001, maximum=0.002))
+    with pytest.raises(BackendUnavailableError):
+        store.head("k")
+    assert backend.calls == 3
+    once = _Faulty(10)
+    with pytest.raises(BackendUnavailableError):
+        Store(once, retry=RetryPolicy(attempts=1)).head("k")
+    assert once.calls == 1
