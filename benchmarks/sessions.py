@@ -148,9 +148,16 @@ class Ours:
 
     async def fresh(self) -> Any:
         """A new store, its connections made (a read of a missing key) before it is timed."""
+        if self._memory is not None:
+            return self.writer()  # one store per opening of memory://: none colder to read
         store = self._open()
         await store.head("warm-up")
         return store
+
+    async def release(self, store: Any) -> None:
+        """Close a store ``fresh`` gave."""
+        if store is not self._writer:
+            await store.close()
 
     async def close(self) -> None:
         if self._writer is not None:
@@ -255,8 +262,8 @@ async def sdk_newest(target: SdkTarget, n: int) -> dict[str, Any]:
             return spent
         finally:
             await _close(session)
-            if store is not None:
-                await store.close()
+            if store is not None and target.ours is not None:
+                await target.ours.release(store)
 
     newest = [await read(long_id, 10) for _ in range(REPEATS)]
     ten = [await read(short_id, None) for _ in range(REPEATS)]
@@ -411,8 +418,8 @@ async def adk_newest(target: AdkTarget, n: int) -> dict[str, Any]:
             return spent
         finally:
             await _close(reader)
-            if store is not None:
-                await store.close()
+            if store is not None and target.ours is not None:
+                await target.ours.release(store)
 
     newest = [await read(long.id, GetSessionConfig(num_recent_events=10)) for _ in range(REPEATS)]
     ten = [await read(short.id, None) for _ in range(REPEATS)]
@@ -488,9 +495,12 @@ async def adk_listing(target: AdkTarget, count: int) -> dict[str, Any]:
             listed = len(page.sessions)
         finally:
             await _close(reader)
-            if store is not None:
-                await store.close()
-    assert listed == (50 if target.ours is not None else count), (target.name, listed)
+            if store is not None and target.ours is not None:
+                await target.ours.release(store)
+    if target.ours is not None:
+        assert listed == 50, (target.name, listed)
+    # a peer that lists fewer than it holds is reported as it is (the community Redis service
+    # gathers a GET per session and runs out of its pool's connections)
     return {"target": target.name, "sessions": count, "ms": _median_ms(times), "listed": listed}
 
 
