@@ -7,9 +7,16 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from agent_checkpoint import AsyncStore, InvalidArgumentError, Store, open_async_store
+from agent_checkpoint import (
+    AsyncStore,
+    InvalidArgumentError,
+    Store,
+    open_async_store,
+    open_store,
+)
 
 T = TypeVar("T")
+S = TypeVar("S", bound="OnStore")
 
 THREADS = 4
 """Threads an integration runs a ``Store`` it was given (or memory://) on."""
@@ -54,3 +61,34 @@ async def settled(awaitable: Awaitable[T]) -> T:
             task.exception()  # retrieved: not logged as never retrieved
         raise cancelled
     return task.result()
+
+
+class OnStore:
+    """An integration object's store, from what its user gave it (``async_store_of``): a
+    store URL (then opened here, with ``store_options``, and closed by ``close``), a ``Store``
+    or an ``AsyncStore`` (never closed here: it is the caller's)."""
+
+    def __init__(self, store: str | Store | AsyncStore, store_options: Mapping[str, Any]) -> None:
+        check_options(store, store_options)
+        self._owns = isinstance(store, str)
+        self._store = async_store_of(
+            store,
+            store_options,
+            lambda: store if isinstance(store, Store) else open_store(str(store), **store_options),
+        )
+
+    @property
+    def store(self) -> AsyncStore:
+        """The store this object runs on."""
+        return self._store
+
+    async def close(self) -> None:
+        """Close the store this object opened from a URL (a store given to it stays open)."""
+        if self._owns:
+            await self._store.close()
+
+    async def __aenter__(self: S) -> S:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

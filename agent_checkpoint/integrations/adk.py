@@ -93,7 +93,7 @@ from ._adk_records import (
     unreadable,
     user_key,
 )
-from ._stores import async_store_of, check_options, settled
+from ._stores import OnStore, check_options, settled
 
 __all__ = [
     "KEY_PREFIX",
@@ -214,7 +214,7 @@ def _stale(session_id: str) -> StaleSessionError:
     )
 
 
-class AgentCheckpointSessionService(BaseSessionService):
+class AgentCheckpointSessionService(OnStore, BaseSessionService):
     """ADK's ``BaseSessionService`` on an agent-checkpoint store (see the module docstring).
 
     ``store`` is a store URL, an ``AsyncStore`` or a ``Store``. ``store_options`` go to
@@ -223,14 +223,7 @@ class AgentCheckpointSessionService(BaseSessionService):
     """
 
     def __init__(self, store: str | Store | AsyncStore, **store_options: Any) -> None:
-        check_options(store, store_options)
-        self._owns = isinstance(store, str)
-        # a Store given is never closed here (that would close the caller's store)
-        self._store = async_store_of(
-            store,
-            store_options,
-            lambda: store if isinstance(store, Store) else open_store(str(store), **store_options),
-        )
+        OnStore.__init__(self, store, store_options)
         self._known: OrderedDict[str, _Known] = OrderedDict()
         self._guard = threading.Lock()  # the maps below; never held across I/O
         self._locks: weakref.WeakKeyDictionary[
@@ -239,22 +232,6 @@ class AgentCheckpointSessionService(BaseSessionService):
 
     def __repr__(self) -> str:
         return f"AgentCheckpointSessionService({self._store!r})"
-
-    @property
-    def store(self) -> AsyncStore:
-        """The store the service runs on."""
-        return self._store
-
-    async def close(self) -> None:
-        """Close the store this service opened from a URL (a store given to it stays open)."""
-        if self._owns:
-            await self._store.close()
-
-    async def __aenter__(self) -> AgentCheckpointSessionService:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     # -- BaseSessionService -------------------------------------------------------------------
 

@@ -62,7 +62,7 @@ from agent_checkpoint import (
     open_store,
 )
 
-from ._stores import async_store_of, check_options, settled
+from ._stores import OnStore, settled
 
 if TYPE_CHECKING:
     from agents.memory import Session
@@ -395,7 +395,7 @@ class _Seen:
 _NONE = _Seen(None, (), "")
 
 
-class AgentCheckpointSession:
+class AgentCheckpointSession(OnStore):
     """The Agents SDK's ``Session`` on an agent-checkpoint store (see the module docstring).
 
     ``session_id`` names the conversation; ``store`` is a store URL, an ``AsyncStore`` or a
@@ -429,19 +429,13 @@ class AgentCheckpointSession:
             raise InvalidArgumentError(
                 f"session_settings must be the SDK's SessionSettings, got {session_settings!r}"
             )
-        check_options(store, store_options)
         self.session_id = session_id
         self.owner = owner
         self.session_settings = session_settings or SessionSettings()
         self.key = KEY_PREFIX + session_id
-        self._owns = isinstance(store, str)
         # a Store given is never closed here (that would close the caller's store): its
         # threads end when this session is collected
-        self._store = async_store_of(
-            store,
-            store_options,
-            lambda: store if isinstance(store, Store) else open_store(str(store), **store_options),
-        )
+        OnStore.__init__(self, store, store_options)
         self._seen: _Seen | None = None  # unknown until read or written
         self._guard = threading.Lock()  # the per-loop locks' map; never held across I/O
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
@@ -450,22 +444,6 @@ class AgentCheckpointSession:
 
     def __repr__(self) -> str:
         return f"AgentCheckpointSession({self.session_id!r}, owner={self.owner!r})"
-
-    @property
-    def store(self) -> AsyncStore:
-        """The store the session runs on."""
-        return self._store
-
-    async def close(self) -> None:
-        """Close the store this session opened from a URL (a store given to it stays open)."""
-        if self._owns:
-            await self._store.close()
-
-    async def __aenter__(self) -> AgentCheckpointSession:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     # -- the Session protocol -----------------------------------------------------------------
 
