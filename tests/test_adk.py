@@ -8,10 +8,6 @@ tests/test_adk_contract.py."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +20,7 @@ from google.adk.events import Event, EventActions
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 from support.adk_agent import APP, USER, one_turn
+from support.processes import turn_in_a_process_of_its_own
 from support.store_urls import url_for_processes as backend_url
 
 from agent_checkpoint import (
@@ -44,7 +41,6 @@ from agent_checkpoint.integrations.adk import (
 
 BACKENDS = ["memory", "disk", "redis", "postgres", "s3"]
 NETWORK = ["redis", "postgres", "s3"]
-HERE = Path(__file__).parent
 
 
 @pytest.fixture(params=BACKENDS)
@@ -95,17 +91,7 @@ async def closing(stores: list[Any]) -> None:
 
 
 def first_turn_in_a_process_of_its_own(url: str, session_id: str, question: str) -> str:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
-    done = subprocess.run(
-        [sys.executable, "-m", "support.adk_agent", url, session_id, question],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    output: str = json.loads(done.stdout)["output"]
-    return output
+    return turn_in_a_process_of_its_own("adk_agent", url, session_id, question)
 
 
 def test_a_conversation_continues_after_the_process_that_began_it_ended(url: str) -> None:

@@ -9,8 +9,6 @@ import asyncio
 import itertools
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -26,6 +24,7 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from langgraph.graph import START, MessagesState, StateGraph
 from support.langgraph_agent import EXPECTED, QUESTION, build, summary
+from support.processes import run_module
 from support.store_urls import url_for_processes
 
 from agent_checkpoint import (
@@ -38,7 +37,6 @@ from agent_checkpoint import (
 from agent_checkpoint.integrations.langgraph import AgentCheckpointSaver, server_checkpointer
 
 BACKENDS = ["memory", "disk", "redis", "postgres", "s3"]
-HERE = Path(__file__).parent
 
 
 backend_url = url_for_processes
@@ -112,19 +110,15 @@ def test_langgraph_conformance_passes_every_capability(
 
 
 def agent_process(url: str, thread: str, mode: str, *flags: str, fail: bool) -> tuple[int, str]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path]),
-        "AGENT_TOOL_FAILS": "1" if fail else "0",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "support.langgraph_agent", url, thread, mode, *flags],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = run_module(
+        "langgraph_agent",
+        url,
+        thread,
+        mode,
+        *flags,
+        env={"AGENT_TOOL_FAILS": "1" if fail else "0"},
+        ok=(0, 3),
     )
-    assert done.returncode in (0, 3), done.stderr
     return done.returncode, done.stdout
 
 

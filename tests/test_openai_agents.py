@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
@@ -19,6 +16,7 @@ import pytest
 import redis
 from agents.memory import Session, SessionSettings
 from support.agents_sdk import one_turn
+from support.processes import turn_in_a_process_of_its_own
 from support.store_urls import url_for_processes as backend_url
 
 from agent_checkpoint import (
@@ -40,7 +38,6 @@ from agent_checkpoint.integrations.openai_agents import (
 )
 
 BACKENDS = ["memory", "disk", "redis", "postgres", "s3"]
-HERE = Path(__file__).parent
 
 
 @pytest.fixture(params=BACKENDS)
@@ -57,17 +54,7 @@ def sid() -> str:
 
 
 def first_turn_in_a_process_of_its_own(url: str, session_id: str, question: str) -> str:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
-    done = subprocess.run(
-        [sys.executable, "-m", "support.agents_sdk", url, session_id, question],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    output: str = json.loads(done.stdout)["output"]
-    return output
+    return turn_in_a_process_of_its_own("agents_sdk", url, session_id, question)
 
 
 def test_a_conversation_continues_after_the_process_that_began_it_ended(url: str) -> None:
