@@ -182,13 +182,16 @@ class Segmented(Closable):
 
     def _tail(self, record: Record, layout: Layout, count: int) -> Record | None:
         held, start = _entries(layout.inline), len(layout.pieces)
+        contents: list[bytes] = []  # newest first
         while held < count and start > 0:
             start -= 1
             content = self._read_pieces(record.key, [layout.pieces[start][0]])[0]
-            if content is None:
-                break  # replaced meanwhile (read again) or gone: as a whole read says
+            if content is None:  # replaced meanwhile (read again) or gone: as a whole read says
+                return self._assembled(record, layout, start)
+            contents.append(content)
             held += _entries(content)
-        return self._assembled(record, layout, start)
+        body = layout.assemble(reversed(contents))
+        return Record(replace(record.summary, size=len(body)), body)
 
     def whole(self, record: Record) -> Record | None:
         """``record`` as a reader gets it: a layout record assembled from its pieces (``None``

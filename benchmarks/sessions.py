@@ -43,6 +43,8 @@ import orjson
 import servers
 import workload
 
+from agent_checkpoint import AsyncStore, open_async_store, open_store
+
 warnings.simplefilter("ignore")
 
 WINDOW = 10  # calls the 10th and the last appends are medians of
@@ -124,21 +126,16 @@ class Ours:
     holds one), and fresh ones for cold reads (nothing of a session remembered)."""
 
     def __init__(self, place: Place, *, bulk: bool = False) -> None:
-        from agent_checkpoint import AsyncStore, open_store
-
         self.place = place
         self.url = place.bulk_url() if bulk else place.url
         self._memory = open_store("memory://") if place.backend == "memory" else None
         if self._memory is not None:
             place.cleanup.add("close memory store", self._memory.close)
         self._writer: AsyncStore | None = None
-        self._AsyncStore = AsyncStore
 
     def _open(self) -> Any:
-        from agent_checkpoint import open_async_store
-
         if self._memory is not None:
-            return self._AsyncStore.over(self._memory)  # memory:// is one store per opening
+            return AsyncStore.over(self._memory)  # memory:// is one store per opening
         return open_async_store(self.url)
 
     def writer(self) -> Any:
@@ -445,7 +442,7 @@ async def _seed(count: int, make_one: Callable[[int], Awaitable[None]], tasks: i
 
 
 async def sdk_listing(place: Place, count: int) -> dict[str, Any]:
-    from agent_checkpoint import open_store
+
     from agent_checkpoint.integrations.openai_agents import AgentCheckpointSession, list_sessions
 
     item = _items(1)
