@@ -237,11 +237,12 @@ def test_the_sdks_items_come_back_exactly_as_they_were_added(url: str) -> None:
         await writer.close()
         reader = AgentCheckpointSession(session_id, store)  # nothing cached: read back
         try:
-            return (
-                await reader.get_items(),
-                await reader.get_items(limit=3),
-                await reader.get_items(limit=0),
-            )
+            # limited first: a session object that has read nothing reads only the newest
+            # messages (Store.get_json(last=)); then the whole history, kept by the object
+            latest, none = await reader.get_items(limit=3), await reader.get_items(limit=0)
+            everything = await reader.get_items()
+            assert await reader.get_items(limit=3) == latest  # from what the object holds
+            return everything, latest, none
         finally:
             await reader.close()
 
@@ -339,7 +340,12 @@ def test_a_history_another_tool_wrote_reads_as_items(tmp_path: Path) -> None:
         await session.pop_item()  # the tool result
         return items, await session.pop_item(), await session.get_items()
 
+    # read cold, with a limit that ends inside the message that stands for three items
+    fresh = [
+        asyncio.run(AgentCheckpointSession("imported", store).get_items(limit=n)) for n in (2, 4)
+    ]
     items, popped, left = asyncio.run(run())
+    assert fresh == [items[-2:], items[-4:]]
     assert items == [
         {"role": "user", "content": "find x"},
         {"role": "assistant", "content": "looking"},
@@ -413,6 +419,7 @@ def test_a_session_owned_by_another_principal_is_refused(tmp_path: Path) -> None
     asyncio.run(alice.add_items([{"role": "user", "content": "mine"}]))
     bob = AgentCheckpointSession("s", store, owner="bob")
     calls: list[Callable[[], Coroutine[Any, Any, Any]]] = [
+        lambda: AgentCheckpointSession("s", store, owner="bob").get_items(limit=1),
         bob.get_items,
         lambda: bob.add_items([{"role": "user", "content": "x"}]),
         bob.pop_item,

@@ -498,7 +498,19 @@ class AgentCheckpointSession(OnStore):
     # -- the one implementation, over a Store ----------------------------------------------
 
     def _get_items(self, store: Store, limit: int | None) -> list[TResponseInputItem]:
-        return _latest(self._fresh(store).history, limit)
+        if limit is None or self._seen is not None:
+            return _latest(self._fresh(store).history, limit)
+        # A session this object has not read: only the newest ``limit`` messages (each stands
+        # for one item or more), so the last few of a long session cost what a short one does.
+        found = store.get_json(self.key, last=limit)
+        if found is None:
+            return []
+        data: dict[str, Any] = found["data"]
+        identity = data.get("identity")
+        owner = identity.get("principal") if isinstance(identity, dict) else None
+        if isinstance(owner, str) and owner != self.owner:
+            raise self._owned_by(owner)
+        return _latest(Message.from_json_many(data["history"]), limit)
 
     def _add_items(self, store: Store, messages: tuple[Message, ...]) -> None:
         seen = self._seen if self._seen is not None else self._read(store)
@@ -599,11 +611,14 @@ class AgentCheckpointSession(OnStore):
 
     def _check_owner(self, summary: Summary) -> None:
         if summary.owner is not None and summary.owner != self.owner:
-            raise OwnershipConflictError(
-                f"session {self.session_id!r} is owned by {summary.owner!r}; this session "
-                f"object reads and writes as {self.owner!r} (owner=)",
-                key=self.key,
-            )
+            raise self._owned_by(summary.owner)
+
+    def _owned_by(self, owner: str) -> OwnershipConflictError:
+        return OwnershipConflictError(
+            f"session {self.session_id!r} is owned by {owner!r}; this session "
+            f"object reads and writes as {self.owner!r} (owner=)",
+            key=self.key,
+        )
 
     def _contended(self, call: str, outcome: str) -> ConflictError:
         self._seen = None
