@@ -1122,34 +1122,6 @@ def test_owner_and_agent_indexes_hold_only_runs_that_have_one(
     assert sorted(s.key for s in store.list()) == ["a", "b"]
 
 
-def test_one_owners_runs_of_one_agent_are_read_as_one_range_before_any_analyze(
-    admin: Admin, schema: str, store: Store
-) -> None:
-    # An ADK user's sessions of an app, or an Agents SDK owner's sessions, right after a bulk
-    # load (no ANALYZE has run): the newest page must come from one ordered index range, not
-    # from every matching row sorted (62 ms for 50 of 100,000 sessions that way).
-    store.put(checkpoint("seed", principal="alice", agent="planner"), key="seed")
-    table = sql.Identifier(schema, "agent_checkpoints")
-    admin.execute(
-        sql.SQL(
-            "INSERT INTO {t} (key, run_id, saved_at, owner, agent_id, message_count, size, "
-            "revision, body) SELECT 'r-' || lpad(g::text, 6, '0'), run_id, saved_at + g, "
-            "owner, CASE WHEN g % 3 = 0 THEN 'critic' ELSE agent_id END, message_count, "
-            "size, revision + g, body FROM {t}, generate_series(1, 30000) g"
-        ).format(t=table)
-    )
-    assert isinstance(store.backend, PostgresBackend)
-    query = Query(owner="alice", agent_id="critic", limit=50)
-    statement, params = scan_statement(query, store.backend._sql)
-    plan = "\n".join(
-        row[0] for row in admin.execute(sql.SQL("EXPLAIN ") + statement, params).fetchall()
-    )
-    full_sort = re.search(r"(?<!Incremental )Sort  \(", plan)
-    assert "agent_checkpoints_ownagent_idx" in plan and not full_sort, plan
-    page = store.list(owner="alice", agent_id="critic", limit=50)
-    assert [s.key for s in page.items] == [f"r-{g:06d}" for g in range(30000, 29850, -3)]
-
-
 def test_claims_never_touch_a_store_whose_table_looks_like_their_namespace(schema: str) -> None:
     """Claims of the store on table ``T`` live in a table no store can be opened on."""
     with (

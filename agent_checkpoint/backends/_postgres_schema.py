@@ -144,20 +144,6 @@ MIGRATIONS: tuple[Step, ...] = (
             "ALTER TABLE {table} ALTER COLUMN body SET STORAGE MAIN",
         ),
     ),
-    (
-        9,
-        "owner and agent index",
-        (
-            # The listing of one owner's runs of one agent (an ADK user's sessions of an app,
-            # an Agents SDK owner's sessions) as one ordered range. With only the two indexes
-            # above, a table not yet analyzed (right after a bulk load) was read by ANDing both
-            # bitmaps and sorting every matching row: 62 ms for 50 of 100,000 sessions,
-            # against 0.05 ms from this index.
-            "CREATE INDEX IF NOT EXISTS {owner_agent_idx} ON {table}"
-            " (owner, agent_id, saved_at DESC, key)"
-            " WHERE owner IS NOT NULL AND agent_id IS NOT NULL",
-        ),
-    ),
 )
 
 
@@ -175,8 +161,6 @@ def object_names(schema: str, table: str) -> dict[str, sql.Composable]:
             f"{n}_idx": sql.Identifier(f"{table}_{n}_idx")
             for n in ("newest", "oldest", "owner", "agent", "failed")
         },
-        # (``<table>_owner_agent_idx`` would pass NAMEDATALEN at the longest table name)
-        "owner_agent_idx": sql.Identifier(f"{table}_ownagent_idx"),
         # An index lives in its table's schema: DROP INDEX must name that schema.
         **{
             f"{n}_idx_in_schema": sql.Identifier(schema, f"{table}_{n}_idx")
