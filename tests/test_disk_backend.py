@@ -77,6 +77,27 @@ def test_a_write_interrupted_before_indexing_is_reconciled(tmp_path: Path) -> No
     store.close()
 
 
+def test_marks_kept_for_rewritten_keys_stay_few_and_are_settled_on_close(
+    tmp_path: Path,
+) -> None:
+    """A rewrite keeps its key's pending mark (the next rewrite of that key then syncs none);
+    a listing reads the file of each mark it finds, so a store keeps only a few, and leaves
+    none when it closes."""
+    from agent_checkpoint.backends._disk import _KEPT_MARKS
+
+    backend = DiskBackend(tmp_path)
+    with Store(backend) as store:
+        for round in range(3):
+            for i in range(40):
+                store.put(stamped(checkpoint(f"r{i}-{round}"), 100 + round), key=f"k{i}")
+        assert 0 < len(backend._index.pending()) <= _KEPT_MARKS
+        assert [s.run_id for s in store.list(limit=2)] == ["r0-2", "r1-2"]
+        store.put(stamped(checkpoint("r0-3"), 200), key="k0")
+    with open_store(str(tmp_path)) as store:
+        assert store.backend._index.pending() == []  # type: ignore[attr-defined]
+        assert [(s.key, s.run_id) for s in store.list(limit=1)] == [("k0", "r0-3")]
+
+
 def test_a_growing_history_rewrites_only_its_newest_part(tmp_path: Path) -> None:
     """Past the inline threshold the older history moves into immutable pieces (the Store's
     segment layer, in the ``_segments`` folder): the record file stays small however long

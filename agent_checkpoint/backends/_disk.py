@@ -13,11 +13,16 @@ Layout under the root folder::
                        split; a write or delete of such a record removes them
 
 A write takes the key's lock, reads the current header from the record file (the source of
-truth, never the index), marks the key pending in the index, writes a temp file, fsyncs it,
-renames it over the record and fsyncs the folder, then updates the index and clears the mark
-in one transaction. A process killed at any instant leaves the old or the new file (rename is
-atomic), and a pending mark that outlived its writer is reconciled from the file before the
-next listing. The index is rebuilt from the records when it is missing (``rebuild_index``).
+truth, never the index), marks the key pending in the index (a synced commit: the only one),
+writes a temp file, fsyncs it, renames it over the record and fsyncs the folder, then updates
+the index and clears the mark in one transaction. A process killed at any instant leaves the
+old or the new file (rename is atomic), and a pending mark that outlived its writer (or a
+power loss that took the index's last commits) is reconciled from the file before the next
+listing. A write that replaced a record keeps its key's mark instead (a conversation is
+checkpointed again and again: its next write finds the mark on the disk and syncs nothing in
+the index); a backend keeps at most ``_KEPT_MARKS`` of them, settling older ones in its next
+synced commit and all of them on ``close``. The index is rebuilt from the records when it is
+missing (``rebuild_index``).
 
 ``_disk_files.py`` holds the file format and the file writes, ``_disk_index.py`` the SQLite
 index; this module takes the locks and orders the steps.
@@ -59,6 +64,10 @@ from ._disk_index import SummaryIndex, busy
 __all__ = ["DiskBackend", "file_name"]
 
 _LOCK_STRIPES = 256
+
+_KEPT_MARKS = 8
+"""Pending marks one backend keeps after its writes (``_written``); a listing reads the file of
+each mark it finds, so they are few."""
 
 _REBUILD = (
     "; the store's index.sqlite3 cannot be read: move it aside and the store rebuilds it from "
@@ -146,6 +155,7 @@ class DiskBackend(Closable):
         self._locks = self.root / "locks"
         self._guard = threading.Lock()
         self._siblings: dict[str, DiskBackend] = {}
+        self._kept: dict[str, None] = {}  # keys whose marks this backend left, oldest first
         index = self.root / "index.sqlite3"
         _check_root(self.root, create)
         with _translated("open"):
@@ -196,11 +206,51 @@ class DiskBackend(Closable):
         for key in self._index.pending():
             with self._locked(key, blocking=False) as held:
                 if held:  # a live writer holds it otherwise, and will finish the job itself
-                    found = self._files.read(key)
-                    summary = found[0].summary if found is not None else None
-                    self._index.update(
-                        key, summary if summary is not None and summary.run_id else None
-                    )
+                    self._index.update(key, self._filed(key))
+
+    def _filed(self, key: str) -> Summary | None:
+        """The summary ``key``'s record file holds (``None``: none, or a tombstone)."""
+        found = self._files.read(key)
+        summary = found[0].summary if found is not None else None
+        return summary if summary is not None and summary.run_id else None
+
+    def _mark(self, key: str) -> None:
+        """Mark ``key`` pending, durably, before its record file changes (the caller holds its
+        lock): already done if its mark is there (kept by its last write, see ``_settle``)."""
+        if self._index.durable and self._index.is_pending(key):
+            return
+        with contextlib.ExitStack() as held:
+            self._index.mark_pending(key, self._settle(key, held))
+
+    def _settle(
+        self, key: str, held: contextlib.ExitStack, keep: int = _KEPT_MARKS - 1
+    ) -> list[tuple[str, Summary | None]]:
+        """The keys but the newest ``keep`` whose marks this backend kept (``key`` aside),
+        with the summaries their files hold, each locked in ``held`` (a key a writer holds is
+        left for later): storing them and clearing their marks in one commit is safe, synced
+        or not (lost, it leaves marks, which a listing reconciles)."""
+        with self._guard:
+            self._kept.pop(key, None)
+            over = list(self._kept)[: max(0, len(self._kept) - keep)]
+        settled = []
+        for other in over:
+            if held.enter_context(self._locked(other, blocking=False)):
+                settled.append((other, self._filed(other)))
+                with self._guard:
+                    self._kept.pop(other, None)
+        return settled
+
+    def _written(self, key: str, summary: Summary | None, *, replaced: bool) -> None:
+        """The index after a write of ``key`` (its lock held): a key that was replaced is
+        likely written again soon (a conversation checkpointed after each message), so its
+        mark stays, and that write syncs no new one; a new or removed key's mark is cleared."""
+        keep = replaced and summary is not None and self._index.durable
+        self._index.update(key, summary, keep_mark=keep)
+        with self._guard:
+            if keep:
+                self._kept[key] = None
+            else:
+                self._kept.pop(key, None)
 
     # -- the contract --------------------------------------------------------------------
 
@@ -227,9 +277,9 @@ class DiskBackend(Closable):
                 create_only=create_only,
                 revision=last + 1,
             )
-            self._index.mark_pending(key)
+            self._mark(key)
             self._files.write(key, header_line(summary), record.body)
-            self._index.update(key, summary)
+            self._written(key, summary, replaced=current is not None)
             self._files.prune_segments(key, None)
             return summary
 
@@ -246,9 +296,9 @@ class DiskBackend(Closable):
             if not plan_drop(key, None if current is None else current.revision, expect_revision):
                 return False
             assert current is not None
-            self._index.mark_pending(key)
+            self._mark(key)
             self._files.write_whole(key, tombstone_line(key, current.revision))
-            self._index.update(key, None)
+            self._written(key, None, replaced=True)
             self._files.prune_segments(key, None)
             return True
 
@@ -259,9 +309,9 @@ class DiskBackend(Closable):
         with self._locked(key):
             if self._current(key)[0] is None:
                 return
-            self._index.mark_pending(key)
+            self._mark(key)
             self._files.remove(key)
-            self._index.update(key, None)
+            self._written(key, None, replaced=True)
             self._files.prune_segments(key, None)
 
     @_translating("scan")
@@ -336,4 +386,8 @@ class DiskBackend(Closable):
         self._closed = True
         for sibling in list(self._siblings.values()):
             sibling.close()
+        with contextlib.suppress(OSError, sqlite3.Error), contextlib.ExitStack() as held:
+            # the marks this backend kept, settled (a listing would otherwise read their files)
+            if settled := self._settle("", held, keep=0):
+                self._index.settle(settled)
         self._index.close()

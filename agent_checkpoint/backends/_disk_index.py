@@ -1,11 +1,13 @@
 """The disk backend's SQLite index (``_disk.py`` keeps it in line with the record files): the
-summaries listing reads, and the ``pending`` table of keys whose write has not finished.
+summaries listing reads, and the ``pending`` table of keys whose write has not finished (or
+whose last write kept its mark, ``_disk.py``): a listing reads their summaries from their files.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -98,42 +100,82 @@ class SummaryIndex:
                 self._connections.append(conn)
         return conn
 
-    def mark_pending(self, key: str) -> None:
-        """Mark ``key`` mid-write, durably. Other commits are not synced (``NORMAL``: a power
-        loss may take the last of them), so this one must be: after a power loss it is what
-        makes the next listing read the key's summary from its record file again. Its sync
-        of the WAL costs ~0.3 ms an append (benchmarks/README.md, "Since that run")."""
+    def is_pending(self, key: str) -> bool:
+        return (
+            self.db().execute("SELECT 1 FROM pending WHERE key = ?", (key,)).fetchone() is not None
+        )
+
+    def mark_pending(self, key: str, settled: Iterable[tuple[str, Summary | None]] = ()) -> None:
+        """Mark ``key`` mid-write, durably, and in the same transaction store the summaries of
+        ``settled`` (keys whose marks were kept, read again from their files under their
+        locks) and clear their marks. Other commits are not synced (``NORMAL``: a power loss
+        may take the last of them), so this one must be: after a power loss it is what makes
+        the next listing read the key's summary from its record file again. Marks are only
+        ever made here, so a mark present in the index is on the disk (a store opened with
+        ``fsync=False`` promises nothing after a power loss, its marks included)."""
         db = self.db()
-        if not self.durable:
-            db.execute("INSERT OR IGNORE INTO pending (key) VALUES (?)", (key,))
-            return
-        db.execute("PRAGMA synchronous=FULL")
+        if self.durable:
+            db.execute("PRAGMA synchronous=FULL")
         try:
-            db.execute("INSERT OR IGNORE INTO pending (key) VALUES (?)", (key,))
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("INSERT OR IGNORE INTO pending (key) VALUES (?)", (key,))
+                self._settled(db, settled)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
         finally:
-            db.execute("PRAGMA synchronous=NORMAL")
+            if self.durable:
+                db.execute("PRAGMA synchronous=NORMAL")
+
+    def settle(self, settled: Iterable[tuple[str, Summary | None]]) -> None:
+        """Store the summaries of ``settled`` and clear their marks, in one transaction."""
+        db = self.db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            self._settled(db, settled)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     def pending(self) -> list[str]:
         return [k for (k,) in self.db().execute("SELECT key FROM pending")]
 
-    def update(self, key: str, summary: Summary | None) -> None:
+    def update(self, key: str, summary: Summary | None, *, keep_mark: bool = False) -> None:
         """Store ``key``'s summary (``None``: remove it) and clear its pending mark, in one
-        transaction."""
+        transaction; with ``keep_mark``, leave the mark (the next write of the key then need
+        not sync one again; ``mark_pending`` or a listing's reconciliation clears it)."""
         db = self.db()
+        if keep_mark:
+            self._store(db, key, summary)  # one statement: its own transaction
+            return
         db.execute("BEGIN IMMEDIATE")
         try:
-            if summary is None:
-                db.execute("DELETE FROM summaries WHERE key = ?", (key,))
-            else:
-                db.execute(
-                    f"INSERT OR REPLACE INTO summaries ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    summary.row(),
-                )
+            self._store(db, key, summary)
             db.execute("DELETE FROM pending WHERE key = ?", (key,))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+    def _settled(
+        self, db: sqlite3.Connection, settled: Iterable[tuple[str, Summary | None]]
+    ) -> None:
+        for key, summary in settled:
+            self._store(db, key, summary)
+            db.execute("DELETE FROM pending WHERE key = ?", (key,))
+
+    @staticmethod
+    def _store(db: sqlite3.Connection, key: str, summary: Summary | None) -> None:
+        if summary is None:
+            db.execute("DELETE FROM summaries WHERE key = ?", (key,))
+        else:
+            db.execute(
+                f"INSERT OR REPLACE INTO summaries ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                summary.row(),
+            )
 
     def scan(self, query: Query) -> list[Summary]:
         where: list[str] = []
