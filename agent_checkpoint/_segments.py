@@ -152,8 +152,10 @@ class Segmented(Closable):
         """``key``'s record holding at least the newest ``count`` entries of its history (a
         reader of the newest few: ``Store.get_json(key, last=count)``): a plain record as
         stored; a layout record with its inline content and only as many of its newest
-        pieces as hold ``count`` entries, read newest first, one piece a round trip. What it
-        holds of the history is its newest entries, in order; the rest of the record is whole.
+        pieces as hold ``count`` entries, read newest first: as many pieces a round trip (where
+        the backend batches) as the size of the entries seen so far says the rest take. What
+        it holds of the history is its newest entries, in order; the rest of the record is
+        whole.
         """
         return self._reading(
             key, lambda record, layout: self._tail(record, layout, count) if layout else record
@@ -182,14 +184,34 @@ class Segmented(Closable):
 
     def _tail(self, record: Record, layout: Layout, count: int) -> Record | None:
         held, start = _entries(layout.inline), len(layout.pieces)
+        seen_bytes, seen_pieces = len(layout.inline), 0
+        piece_bytes = float(self.inline_bytes)  # a run's pieces carry no size: about this
         contents: list[bytes] = []  # newest first
         while held < count and start > 0:
-            start -= 1
-            content = self._read_pieces(record.key, [layout.pieces[start][0]])[0]
-            if content is None:  # replaced meanwhile (read again) or gone: as a whole read says
+            # As many pieces in one round trip as the entries seen so far say the rest take;
+            # one while no entry has been seen to tell their size.
+            want = 1
+            if held:
+                need = (count - held) * seen_bytes / held
+                while want < start:
+                    need -= layout.pieces[start - want][1] or piece_bytes
+                    if need <= 0 or not piece_bytes:
+                        break
+                    want += 1
+            start -= want
+            read = self._read_pieces(
+                record.key, [p for p, _ in layout.pieces[start : start + want]]
+            )
+            if any(content is None for content in read):
+                # replaced meanwhile (read again) or gone: as a whole read says
                 return self._assembled(record, layout, start)
-            contents.append(content)
-            held += _entries(content)
+            for content in reversed(read):
+                assert content is not None
+                contents.append(content)
+                held += _entries(content)
+                seen_bytes += len(content)
+                seen_pieces += 1
+            piece_bytes = (seen_bytes - len(layout.inline)) / seen_pieces
         body = layout.assemble(reversed(contents))
         return Record(replace(record.summary, size=len(body)), body)
 

@@ -5,7 +5,7 @@ with thresholds low enough that every put moves history into pieces and merges t
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -250,6 +250,48 @@ def test_the_newest_few_entries_are_read_from_the_newest_pieces_alone() -> None:
     pieces.loads.clear()
     assert _store(backend).get_json("k", last=0) is not None
     assert pieces.loads == []
+
+
+class BatchCounting(MemoryBackend):
+    """A memory backend that reads several records in one call (``Batched``), and counts
+    those calls and single loads as round trips (its namespaces' too)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trips: list[list[str]] = []
+
+    def load(self, key: str) -> Record | None:
+        self.trips.append([key])
+        return super().load(key)
+
+    def load_many(self, keys: Sequence[str]) -> list[Record | None]:
+        self.trips.append(list(keys))
+        return [super(BatchCounting, self).load(k) for k in keys]
+
+    def namespace(self, name: str) -> MemoryBackend:
+        with self._lock:
+            return self._namespaces.setdefault(name, BatchCounting())
+
+
+@pytest.mark.parametrize("inline_bytes", [0, 300])
+def test_the_newest_entries_of_many_pieces_come_in_few_round_trips(inline_bytes: int) -> None:
+    # A long conversation kept in many small pieces (a PostgreSQL run, say): the newest 10 or
+    # 30 must not cost a round trip per piece.
+    backend = BatchCounting()
+    writer = _store(backend, inline_bytes=inline_bytes, max_segments=1024)
+    grown = _grow(120)
+    for ckpt in grown:
+        writer.put(ckpt, key="k")
+    pieces = backend.namespace(PIECES)
+    assert isinstance(pieces, BatchCounting)
+    assert len(_pieces(backend)) >= 30
+    everything = [m.to_json() for m in grown[-1].history]
+    for last in (10, 30):
+        pieces.trips.clear()
+        got = _store(backend).get_json("k", last=last)  # a reader that remembers nothing
+        assert got is not None and got["data"]["history"] == everything[-last:]
+        assert len(pieces.trips) <= 2, (last, pieces.trips)
+        assert sum(map(len, pieces.trips)) <= last + 2, (last, pieces.trips)
 
 
 def test_a_put_that_states_no_revision_replaces_the_remembered_layout_without_a_read() -> None:
