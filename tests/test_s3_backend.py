@@ -248,6 +248,45 @@ def test_wrong_credentials_are_a_backend_error_not_a_transient_one(s3_server: S3
 # -- listing at scale ------------------------------------------------------------------------
 
 
+class ListSizes:
+    """The boto3 client, recording the page size (``MaxKeys``) of every LIST."""
+
+    def __init__(self, client: Any) -> None:
+        self.inner = client
+        self.asked: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+        if name != "list_objects_v2":
+            return method
+
+        def call(**kwargs: Any) -> Any:
+            self.asked.append(kwargs.get("MaxKeys", 1000))
+            return method(**kwargs)
+
+        return call
+
+
+def test_a_listing_page_lists_about_its_own_size_and_reaches_past_filtered_entries(
+    client: Any, prefix: str
+) -> None:
+    # A LIST costs about as much as the page it asks for (1,000 keys: ~290 ms on SeaweedFS,
+    # 100: ~55), so a page of 5 must not ask for 1,000; and a filter that skips most entries
+    # must still reach the oldest one.
+    writer = Store(S3Backend(client, BUCKET, prefix))
+    keys = [f"r{i:02d}" for i in range(60)]
+    for i, key in enumerate(keys):
+        ckpt = checkpoint(key, principal="first" if i == 0 else "later")
+        writer.put(stamped(ckpt, 1_000_000 + i), key=key)
+    recording = ListSizes(client)
+    store = Store(S3Backend(recording, BUCKET, prefix))
+    assert [s.key for s in store.list(limit=5)] == keys[::-1][:5]
+    assert recording.asked and max(recording.asked) <= 5 + 1 + 8, recording.asked
+    recording.asked.clear()
+    assert [s.key for s in store.list(owner="first", limit=5)] == ["r00"]
+    assert len(recording.asked) >= 2 and recording.asked == sorted(recording.asked)
+
+
 @pytest.fixture
 def own_bucket(client: Any) -> Iterator[str]:
     """A bucket for one test: deleting a bucket is faster than deleting 20,000 objects."""

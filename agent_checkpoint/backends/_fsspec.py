@@ -254,8 +254,9 @@ class FsspecBackend(Closable):
             except FileNotFoundError:
                 return []
 
-    def _entries(self, start: str) -> Iterator[Entry]:
-        # fsspec has no start-after: the folder is listed whole, then cut
+    def _entries(self, start: str, first: int) -> Iterator[Entry]:
+        # fsspec has no start-after nor pages (``first`` goes unused): the folder is listed
+        # whole, then cut
         names = sorted(path.rsplit("/", 1)[1] for path in self._ls(self._index, "scan"))
         for name in names[bisect.bisect_right(names, start) :]:
             entry = self._layout.parse(name)

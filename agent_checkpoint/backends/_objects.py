@@ -38,6 +38,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import itertools
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -296,11 +297,13 @@ class Layout:
     def scan(
         self,
         query: Query,
-        entries: Callable[[str], Iterator[Entry]],
+        entries: Callable[[str, int], Iterator[Entry]],
         fetch_many: Callable[[list[str]], list[Current | None]],
     ) -> list[Summary]:
-        """``Backend.scan`` over the index: ``entries(start)`` yields the entries in name order
-        strictly after the name ``start``; ``fetch_many(names)`` reads those records."""
+        """``Backend.scan`` over the index: ``entries(start, first)`` yields the entries in
+        name order strictly after the name ``start`` (``first``: about how many the listing
+        needs, where the backend can list a page of that size); ``fetch_many(names)`` reads
+        those records."""
         start = ""
         if query.saved_before is not None:
             if position(query.saved_before) > TOP:
@@ -315,7 +318,9 @@ class Layout:
             else:
                 # past every entry of the cursor's key (or of its stem), before greater keys
                 start = max(start, f"{position(saved):0{WIDTH}d}_{stem(key_name(key))}!~")
-        found = itertools.takewhile(lambda e: e.position <= stop, entries(start))
+        # A page and a few entries for stale or filtered-out ones; oldest first reads to the end.
+        first = sys.maxsize if query.oldest_first else query.limit + 8
+        found = itertools.takewhile(lambda e: e.position <= stop, entries(start, first))
         units = _units(e for e in found if _may_match(e, query))
         if query.oldest_first:
             # reversed by position only: the sort is stable, so ties stay in key order

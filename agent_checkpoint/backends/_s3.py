@@ -230,9 +230,9 @@ class S3Backend:
             query, self._entries, lambda names: self._records.fetch_many(names, "scan")
         )
 
-    def _entries(self, start: str) -> Iterator[Entry]:
+    def _entries(self, start: str, first: int) -> Iterator[Entry]:
         index = self._layout.index
-        for path in self._bucket.list_after(index, index + start, "scan"):
+        for path in self._bucket.list_after(index, index + start, "scan", first):
             entry = self._layout.parse(path[len(index) :])
             if entry is not None:
                 yield entry
