@@ -187,17 +187,19 @@ class Segmented(Closable):
         seen_bytes, seen_pieces = len(layout.inline), 0
         piece_bytes = float(self.inline_bytes)  # a run's pieces carry no size: about this
         contents: list[bytes] = []  # newest first
+        summary = record.summary
         while held < count and start > 0:
-            # As many pieces in one round trip as the entries seen so far say the rest take;
-            # one while no entry has been seen to tell their size.
-            want = 1
-            if held:
-                need = (count - held) * seen_bytes / held
-                while want < start:
-                    need -= layout.pieces[start - want][1] or piece_bytes
-                    if need <= 0 or not piece_bytes:
-                        break
-                    want += 1
+            # As many pieces in one round trip as the size of an entry says the rest take:
+            # of those seen so far, or before any, of the whole history's messages. Each piece
+            # holds an entry or more, so never more pieces than entries wanted.
+            entry = seen_bytes / held if held else summary.size / max(summary.message_count, 1)
+            need, want = (count - held) * entry, 0
+            while want < min(start, count - held):
+                want += 1
+                size = layout.pieces[start - want][1] or piece_bytes
+                need -= size
+                if need <= 0 or not size:
+                    break
             start -= want
             read = self._read_pieces(
                 record.key, [p for p, _ in layout.pieces[start : start + want]]
