@@ -217,6 +217,9 @@ class Threads:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+_PLAIN = frozenset((bytes, str, int, float, bool, list, tuple, dict, type(None)))
+
+
 class Awaiting:
     """The synchronous face of an asyncio driver object (a ``redis.asyncio`` client, its
     pipelines and scripts): a method whose result is awaitable returns the awaited result
@@ -260,14 +263,21 @@ class Awaiting:
         return bool(await_only(self._target.__aexit__(*exc_info)))
 
     def _face(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        # No reference to ``self`` in ``call``: a face cached in ``_faces`` would close a
+        # cycle, and every cursor, connection and pipeline of a call would then wait for the
+        # garbage collector (~60 objects a PostgreSQL call, each adding to its next pass).
+        target, wrap = self._target, self._wrap
+
         def call(*args: Any, **kwargs: Any) -> Any:
             result = method(*args, **kwargs)
-            if result is self._target:
-                return self
+            if result is target:  # a pipeline's command, queued: a face of the same pipeline
+                return Awaiting(target, wrap)
             if inspect.isawaitable(result):
                 result = await_only(result)
-            if isinstance(result, self._wrap) or hasattr(result, "__aenter__"):
-                return Awaiting(result, self._wrap)  # a context manager: ``with`` awaits it
+            if type(result) in _PLAIN:  # a reply: no need to ask the slower questions below
+                return result
+            if isinstance(result, wrap) or hasattr(result, "__aenter__"):
+                return Awaiting(result, wrap)  # a context manager: ``with`` awaits it
             return result
 
         return call

@@ -5,6 +5,7 @@ connections, a server restarted under load."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Awaitable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -191,6 +192,40 @@ def test_more_tasks_than_connections_wait_for_one_and_all_finish(
             assert lengths == [1 + i % 3 for i in range(200)]
 
     run(scenario())
+
+
+def test_calls_leave_nothing_for_the_garbage_collector(
+    native: tuple[str, dict[str, Any]],
+) -> None:
+    """A call's cursors, connections and pipelines are freed when it returns: left in
+    reference cycles, they would wait for the garbage collector, whose passes run on the
+    event loop and grow with what they find."""
+    url, options = native
+
+    async def scenario() -> list[str]:
+        async with open_async_store(url, **options) as store:
+            await store.setup()
+            big = RunCheckpoint.new("task", (Message("user", "x" * 100_000),), run_id="b")
+            await store.put(big, key="big")
+            for n in (3, 4):  # connections open, statements and scripts known to the server
+                await store.put(conversation(n), key="k")
+                await store.get("k")
+            gc.collect()
+            gc.set_debug(gc.DEBUG_SAVEALL)  # what a pass finds in cycles stays in gc.garbage
+            try:
+                for n in range(5, 25):
+                    await store.put(conversation(n), key="k")  # an append
+                    await store.put(conversation(n), key="k")  # the same again
+                    await store.put(big, key="big")  # a record stored apart on Redis
+                    got = await store.get("k")
+                    assert got is not None and len(got.history) == n
+                gc.collect()
+                return sorted({type(found).__qualname__ for found in gc.garbage})
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+
+    assert run(scenario()) == []
 
 
 # -- a server restarted under load ---------------------------------------------------------
