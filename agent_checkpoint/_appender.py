@@ -91,7 +91,7 @@ class Appender:
         if tail is not None and not _extends(tail, history):
             tail = None
         start = len(tail.history) if tail is not None else 0
-        data = checkpoint.evolve(history=()).to_json()
+        data = checkpoint._head_json()
         check_tree(data, level=2, where="data")
         validate_checkpoint(data)
         new = [m.to_json() for m in history[start:]]

@@ -279,6 +279,11 @@ class RunCheckpoint(Struct):
         # The history as held (its JSON while unread), not the typed attribute.
         return self._json(lambda attr: state[attr] if attr == "history" else getattr(self, attr))
 
+    def _head_json(self) -> dict[str, Json]:
+        """``to_json`` with an empty history, the rest as it is: what an append writes beside
+        the new messages (without copying the checkpoint, as ``evolve(history=())`` would)."""
+        return self._json(lambda attr: () if attr == "history" else getattr(self, attr))
+
     @property
     def default_key(self) -> str:
         """The store key when none is given: ``identity.conversationId``, else ``runId``."""
