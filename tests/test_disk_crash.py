@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from support.services import service_missing
 
@@ -128,7 +129,7 @@ def test_the_pending_mark_reaches_the_disk_before_the_record_changes(tmp_path: P
     store = tmp_path / "store"
     subprocess.run(
         [strace, "-f", "-y", "-o", str(log), "-e",
-         "trace=fsync,fdatasync,rename,renameat,renameat2,unlink,unlinkat,write",
+         "trace=fsync,fdatasync,rename,renameat,renameat2,unlink,unlinkat,write,pwrite64",
          sys.executable, "-c", TRACED, str(store)],
         check=True, capture_output=True,
     )  # fmt: skip
@@ -140,7 +141,7 @@ def test_the_pending_mark_reaches_the_disk_before_the_record_changes(tmp_path: P
             current = steps.setdefault(re.findall(r"STEP (\w+)", line)[0], [])
         elif "MARKED " in line and "write(1" in line:
             marked[list(steps)[-1]] = "MARKED True" in line
-        elif current is not None and "write(" not in line:
+        elif current is not None and _call(line) != "write":
             current.append(line)
     order = ["create", "append", "rewrite", "again", "delete"]
     assert list(steps) == [*order, "end"]
@@ -154,14 +155,58 @@ def test_the_pending_mark_reaches_the_disk_before_the_record_changes(tmp_path: P
             i for i, call in enumerate(calls)
             if ("rename" in call and f'"{records}' in call.split(",", 1)[1])
             or ("unlink" in call and f'"{records}' in call and ".tmp" not in call)
+            or (_call(call) == "pwrite64" and f"<{records}" in call)  # an appended frame
         ]  # fmt: skip
         assert changes, (step, calls)
         synced = [
             i for i, call in enumerate(calls)
-            if call.split("(", 1)[0].split()[-1] in ("fsync", "fdatasync")
+            if _call(call) in ("fsync", "fdatasync")
             and "index.sqlite3-wal>" in call
         ]  # fmt: skip
         if before is not None and marked[before]:
             assert not synced, (step, calls)  # the mark on the disk already covers it
         else:
             assert synced and synced[0] < changes[0], (step, calls)
+
+
+def _call(line: str) -> str:
+    """The system call an strace line shows."""
+    return line.split("(", 1)[0].split()[-1] if "(" in line else ""
+
+
+def test_a_frame_left_torn_is_not_read_and_the_next_write_replaces_the_file(
+    tmp_path: Path,
+) -> None:
+    """A rewrite appends its frame to the record file; a writer killed mid-append (or a power
+    loss before its fsync) leaves a torn frame: a reader gets the record before it, and the
+    next write replaces the file instead of appending after the torn bytes."""
+    from agent_checkpoint import Message, RunCheckpoint
+    from agent_checkpoint.backends._disk import file_name
+
+    def put(store: Any, n: int) -> None:
+        history = tuple(Message("user", f"m{i}") for i in range(n))
+        store.put(RunCheckpoint.new("hi", history, run_id=f"r{n}"), key="k")
+
+    for case in ("short", "zeros", "header"):
+        root = tmp_path / case
+        record_file = root / "records" / file_name("k")
+        with open_store(str(root)) as store:
+            put(store, 1)
+            put(store, 2)  # appended to the file
+            whole = record_file.read_bytes()
+        frame = whole[whole.index(b'{"key"', 1) :]  # the newest frame, appended again torn
+        torn = {
+            "short": frame[: len(frame) // 2],
+            "zeros": frame[:-8] + b"\0" * 8,  # its last page never written (a power loss)
+            "header": frame[:20],
+        }[case]
+        record_file.write_bytes(whole + torn)
+        with open_store(str(root)) as store:
+            ckpt = store.get("k")
+            assert ckpt is not None and ckpt.run_id == "r2"
+            assert [s.run_id for s in store.list()] == ["r2"]
+            put(store, 3)
+            assert not record_file.read_bytes().startswith(whole)  # replaced, not appended to
+            ckpt = store.get("k")
+            assert ckpt is not None and ckpt.run_id == "r3"
+            assert [(s.run_id, s.revision) for s in store.list()] == [("r3", 3)]

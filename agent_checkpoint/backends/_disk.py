@@ -2,7 +2,8 @@
 
 Layout under the root folder::
 
-    records/<name>     one JSON header line (the summary), a newline, then the stored bytes;
+    records/<name>     one JSON header line (the summary), a newline, then the stored bytes
+                       (and, for a small record, newer frames of the same form after them);
                        a deleted key leaves a tombstone line holding its last revision, so
                        that the key's revisions never repeat
     locks/<n>.lock     256 striped lock files; ``flock`` serialises writers of one key
@@ -14,15 +15,16 @@ Layout under the root folder::
 
 A write takes the key's lock, reads the current header from the record file (the source of
 truth, never the index), marks the key pending in the index (a synced commit: the only one),
-writes a temp file, fsyncs it, renames it over the record and fsyncs the folder, then updates
-the index and clears the mark in one transaction. A process killed at any instant leaves the
-old or the new file (rename is atomic), and a pending mark that outlived its writer (or a
-power loss that took the index's last commits) is reconciled from the file before the next
-listing. A write that replaced a record keeps its key's mark instead (a conversation is
-checkpointed again and again: its next write finds the mark on the disk and syncs nothing in
-the index); a backend keeps at most ``_KEPT_MARKS`` of them, settling older ones in its next
-synced commit and all of them on ``close``. The index is rebuilt from the records when it is
-missing (``rebuild_index``).
+writes the record (a temp file, fsynced, renamed over the record file, the folder fsynced; or,
+for a small record rewritten, a frame appended to its file and fsynced: ``_disk_files.py``),
+then updates the index and clears the mark in one transaction. A process killed at any
+instant leaves the old or the new record (rename is atomic; a torn frame is not read), and a
+pending mark that outlived its writer (or a power loss that took the index's last commits) is
+reconciled from the file before the next listing. A write that replaced a record keeps its
+key's mark instead (a conversation is checkpointed again and again: its next write finds the
+mark on the disk and syncs nothing in the index); a backend keeps at most ``_KEPT_MARKS`` of
+them, settling older ones in its next synced commit and all of them on ``close``. The index
+is rebuilt from the records when it is missing (``rebuild_index``).
 
 ``_disk_files.py`` holds the file format and the file writes, ``_disk_index.py`` the SQLite
 index; this module takes the locks and orders the steps.
@@ -53,7 +55,6 @@ from ._base import Closable, Query, Record, Summary, plan_drop, plan_save
 from ._disk_files import (
     RecordFiles,
     file_name,
-    header_line,
     is_record_file,
     is_tombstone,
     parse_record,
@@ -269,7 +270,7 @@ class DiskBackend(Closable):
     ) -> Summary:
         key = record.key
         with self._locked(key):
-            current, last = self._current(key)
+            current, last, end = self._current(key)
             summary = plan_save(
                 current,
                 record,
@@ -278,16 +279,17 @@ class DiskBackend(Closable):
                 revision=last + 1,
             )
             self._mark(key)
-            self._files.write(key, header_line(summary), record.body)
+            self._files.write(key, summary, record.body, end=end)
             self._written(key, summary, replaced=current is not None)
             self._files.prune_segments(key, None)
             return summary
 
-    def _current(self, key: str) -> tuple[Summary | None, int]:
-        """The key's summary (``None`` for no record) and the last revision it had (its
-        tombstone's, for a deleted key); the caller holds the key's lock."""
-        found, last = self._files.state(key)
-        return (found[0].summary if found is not None else None), last
+    def _current(self, key: str) -> tuple[Summary | None, int, int | None]:
+        """The key's summary (``None`` for no record), the last revision it had (its
+        tombstone's, for a deleted key) and where a frame may be appended to its file; the
+        caller holds the key's lock."""
+        found, last, end = self._files.state(key)
+        return (found[0].summary if found is not None else None), last, end
 
     @_translating("drop")
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:

@@ -1,6 +1,16 @@
 """The disk backend's files (``_disk.py`` locks and indexes them): the record file format, a
 JSON header line then the stored bytes.
 
+A record of at most ``LOG_BYTES`` is a *frame*: its header also holds the length (``frame``) and
+a checksum (``sum``) of its bytes, so that the next write of the key may append its own frame
+to the file (one write and one fsync, no new file, rename or folder fsync) instead of
+replacing the file. The newest whole frame is the record: a frame a killed writer left torn
+(too short, or failing its checksum) is ignored, and the next write replaces the file. A
+write that would grow the file past ``LOG_BYTES``, a larger record, a tombstone and the first
+record of a key replace the file (temp file, fsync, rename, folder fsync), with one frame.
+Versions before frames read a file of several as unreadable (all after its first header as
+the record): a store this version wrote needs this version or a later one.
+
 Version 0.4 stored a growing history *split*: the record file held the envelope's head (its
 history cut out at ``GAP``) and a ``split`` header naming a data file under ``segments/``
 that appends grew. Such records are still read (``assembled``) and their data files removed
@@ -21,11 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import xxhash
 
 from .._codec import join_parts
 from ._base import Record, Summary
 
 __all__ = [
+    "LOG_BYTES",
     "RecordFiles",
     "Split",
     "file_name",
@@ -65,7 +77,12 @@ def tombstone_line(key: str, revision: int) -> bytes:
     return _TOMBSTONE + orjson.dumps({"key": key, "revision": revision})[1:]
 
 
-def header_line(summary: Summary) -> bytes:
+LOG_BYTES = 64 * 1024
+"""The size a record file may grow to by appended frames before a write replaces it."""
+
+
+def header_line(summary: Summary, body: bytes | None = None) -> bytes:
+    """The header of ``summary``'s record; with ``body``, of a frame that holds it."""
     fields: dict[str, Any] = {
         "key": summary.key,
         "runId": summary.run_id,
@@ -78,6 +95,9 @@ def header_line(summary: Summary) -> bytes:
         "revision": summary.revision,
         "size": summary.size,  # what a reader gets back: more than the file holds, for a
     }  # record of the Store's segment layer (its older history is in pieces)
+    if body is not None:
+        fields["frame"] = len(body)
+        fields["sum"] = xxhash.xxh3_64_intdigest(body)
     return orjson.dumps(fields)
 
 
@@ -91,9 +111,19 @@ def parse_record(key: str, data: bytes) -> tuple[Record, Split | None]:
     """The record in a file's bytes (for a split record, its head) and its split header. A file
     whose header does not parse is still returned, whole, so the codec reports it unreadable
     rather than absent."""
+    return _parsed(key, data)[:2]
+
+
+def _parsed(key: str, data: bytes) -> tuple[Record, Split | None, int | None]:
+    """``parse_record``, and where the file ends if a frame may be appended to it: a file of
+    frames whose newest ends the file (nothing torn after it), else ``None``."""
     head, sep, body = data.partition(b"\n")
     try:
         h: dict[str, Any] = orjson.loads(head) if sep else {}
+        end = None
+        if "frame" in h and (newest := _newest_frame(data, h, len(head) + 1)):
+            h, start, end = newest  # else damaged: its first header's, unreadable as a whole
+            body = data[start:end]
         split = h.get("split")
         summary = Summary(
             key=h["key"],
@@ -107,9 +137,39 @@ def parse_record(key: str, data: bytes) -> tuple[Record, Split | None]:
             size=split["size"] if split else h.get("size", len(body)),
             revision=h["revision"],
         )
-    except (orjson.JSONDecodeError, TypeError, KeyError):
-        return Record(Summary(key, "", 0, None, None, None, None, 0, len(data), 0), data), None
-    return Record(summary, body), split
+    except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
+        whole = Summary(key, "", 0, None, None, None, None, 0, len(data), 0)
+        return Record(whole, data), None, None
+    return Record(summary, body), split, end if end == len(data) else None
+
+
+def _newest_frame(
+    data: bytes, first: dict[str, Any], start: int
+) -> tuple[dict[str, Any], int, int] | None:
+    """The header, start and end of the newest whole frame of ``data``, whose first frame's
+    header is ``first`` and its bytes begin at ``start``. Only the last frame may be torn (a
+    writer appends only to a file whose newest frame ends it); ``None`` if the first frame
+    is not whole: the file is damaged."""
+    frames = []
+    header, pos = first, start
+    while True:
+        end = pos + int(header["frame"])
+        if end > len(data):
+            break  # torn: cut short
+        frames.append((header, pos, end))
+        newline = data.find(b"\n", end)
+        if newline < 0:
+            break  # the end of the file, or a header cut short
+        try:
+            header = orjson.loads(data[end:newline])
+            int(header["frame"])
+        except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
+            break  # a header torn across its newline (a power loss may leave one)
+        pos = newline + 1
+    for header, pos, end in frames[-2:][::-1]:
+        if xxhash.xxh3_64_intdigest(memoryview(data)[pos:end]) == header.get("sum"):
+            return header, pos, end
+    return None
 
 
 class RecordFiles:
@@ -127,18 +187,19 @@ class RecordFiles:
     def read(self, key: str) -> tuple[Record, Split | None] | None:
         return self.state(key)[0]
 
-    def state(self, key: str) -> tuple[tuple[Record, Split | None] | None, int]:
-        """The record file's record and split header (``None`` for no record), and the last
-        revision the key had: its record's, a tombstone's, or 0 for a key never written."""
+    def state(self, key: str) -> tuple[tuple[Record, Split | None] | None, int, int | None]:
+        """The record file's record and split header (``None`` for no record), the last
+        revision the key had (its record's, a tombstone's, or 0 for a key never written), and
+        where a frame may be appended (``None``: the next write replaces the file)."""
         try:
             data = self.path(key).read_bytes()
         except FileNotFoundError:
-            return None, 0
+            return None, 0, None
         if is_tombstone(data):
             revision = orjson.loads(data).get("revision")
-            return None, revision if isinstance(revision, int) else 0
-        found = parse_record(key, data)
-        return found, found[0].summary.revision
+            return None, revision if isinstance(revision, int) else 0, None
+        record, split, end = _parsed(key, data)
+        return (record, split), record.summary.revision, end
 
     def assembled(self, record: Record, split: Split | None) -> Record | None:
         """The record with its history put back; ``None`` if its data file is gone (a full
@@ -174,9 +235,26 @@ class RecordFiles:
             found = again  # a full write replaced the data file between the two reads
         return None
 
-    def write(self, key: str, header: bytes, body: bytes) -> None:
-        """Replace the record file atomically: temp file, fsync, rename, folder fsync."""
-        self.write_whole(key, header + b"\n" + body)
+    def write(self, key: str, summary: Summary, body: bytes, *, end: int | None) -> None:
+        """Replace the record: a frame appended at ``end`` (``state``'s), if the file stays
+        within ``LOG_BYTES``, then fsynced; else the file replaced atomically (temp file,
+        fsync, rename, folder fsync)."""
+        if len(body) > LOG_BYTES:
+            self.write_whole(key, header_line(summary) + b"\n" + body)
+            return
+        frame = header_line(summary, body) + b"\n" + body
+        if end is None or end + len(frame) > LOG_BYTES:
+            self.write_whole(key, frame)
+            return
+        fd = os.open(self.path(key), os.O_WRONLY)
+        try:
+            view = memoryview(frame)
+            while view:  # a torn frame (a kill, a full disk) is ignored by readers
+                view = view[os.pwrite(fd, view, end + len(frame) - len(view)) :]
+            if self.fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def remove(self, key: str) -> None:
         """Remove the record file, durably."""
