@@ -240,7 +240,7 @@ class RecordFiles:
         within ``LOG_BYTES``, then fsynced; else the file replaced atomically (temp file,
         fsync, rename, folder fsync)."""
         if len(body) > LOG_BYTES:
-            self.write_whole(key, header_line(summary) + b"\n" + body)
+            self.write_whole(key, header_line(summary) + b"\n", body)  # not joined: no copy
             return
         frame = header_line(summary, body) + b"\n" + body
         if end is None or end + len(frame) > LOG_BYTES:
@@ -261,12 +261,14 @@ class RecordFiles:
         self.path(key).unlink(missing_ok=True)
         self.fsync_dir(self.records)
 
-    def write_whole(self, key: str, data: bytes) -> None:
+    def write_whole(self, key: str, *parts: bytes) -> None:
+        """Replace the record file with ``parts``: temp file, fsync, rename, folder fsync."""
         target = self.path(key)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             with open(tmp, "wb") as f:
-                f.write(data)
+                for part in parts:
+                    f.write(part)
                 f.flush()
                 if self.fsync:
                     os.fsync(f.fileno())
