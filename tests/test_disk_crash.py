@@ -210,3 +210,25 @@ def test_a_frame_left_torn_is_not_read_and_the_next_write_replaces_the_file(
             ckpt = store.get("k")
             assert ckpt is not None and ckpt.run_id == "r3"
             assert [(s.run_id, s.revision) for s in store.list()] == [("r3", 3)]
+
+
+def test_a_record_file_with_a_damaged_frame_header_reads_as_unreadable(tmp_path: Path) -> None:
+    """A frame header whose length is not a length (a damaged or forged file) makes the record
+    unreadable: never absent, never a reader that loops."""
+    import orjson
+
+    from agent_checkpoint import Message, RunCheckpoint, UnreadableEnvelopeError
+    from agent_checkpoint.backends._disk import file_name
+
+    record_file = tmp_path / "records" / file_name("k")
+    with open_store(str(tmp_path)) as store:
+        store.put(RunCheckpoint.new("hi", (Message("user", "m"),), run_id="r"), key="k")
+        header, _, body = record_file.read_bytes().partition(b"\n")
+        for length in (-len(header) - 1, -1, "12", 1.5, None):
+            fields = {**orjson.loads(header), "frame": length}
+            record_file.write_bytes(orjson.dumps(fields) + b"\n" + body)
+            try:
+                store.get("k")
+            except UnreadableEnvelopeError:
+                continue
+            raise AssertionError(f"a frame length of {length!r} was read")

@@ -153,7 +153,7 @@ def _newest_frame(
     frames = []
     header, pos = first, start
     while True:
-        end = pos + int(header["frame"])
+        end = pos + _length(header)
         if end > len(data):
             break  # torn: cut short
         frames.append((header, pos, end))
@@ -162,7 +162,7 @@ def _newest_frame(
             break  # the end of the file, or a header cut short
         try:
             header = orjson.loads(data[end:newline])
-            int(header["frame"])
+            _length(header)
         except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
             break  # a header torn across its newline (a power loss may leave one)
         pos = newline + 1
@@ -170,6 +170,13 @@ def _newest_frame(
         if xxhash.xxh3_64_intdigest(memoryview(data)[pos:end]) == header.get("sum"):
             return header, pos, end
     return None
+
+
+def _length(header: dict[str, Any]) -> int:
+    length = header["frame"]
+    if type(length) is not int or length < 0:
+        raise ValueError(f"not a frame length: {length!r}")
+    return length
 
 
 class RecordFiles:
