@@ -2,28 +2,40 @@
 
     .venv/bin/python benchmarks/async_store.py [--tasks 64] [--rounds 20] [--pool 10]
 
-Three measurements per backend, in one run, on the machine's servers:
+Three measurements per backend, in one run, on the machine's servers, each beside the bare
+drivers doing the same I/O (a SET and a GET; an upsert and a SELECT of the same bytes), the floor
+of what the store can reach:
 
 - throughput: ``--tasks`` tasks each doing ``--rounds`` put + get of a 100-message checkpoint
   (a key of their own), for the AsyncStore and for the sync Store through ``asyncio.to_thread``
   (the loop's default executor, as a user would), both with ``--pool`` connections;
-- the longest event-loop stall during 1,000 concurrent puts: a heartbeat task asks for a
-  1 ms sleep over and over and records how late it wakes (asyncio debug mode's slow-callback
-  log is on too, and its count reported);
-- one task alone: the median put and get latency, async against the sync Store called directly.
+- the event loop during 1,000 concurrent puts: how late a 1 ms heartbeat wakes at worst (one
+  turn of the loop: every step ready in it), with the garbage collector on and off, against
+  the bare async driver doing 1,000 concurrent writes on as many connections; and the longest
+  single step of the loop, in wall time and in the loop thread's CPU time, with the time a
+  garbage collection took inside it (a step's wall time beyond its CPU time is time the
+  kernel gave the CPU to another process: the servers share these cores). asyncio debug
+  mode's count of slow steps (over 10 ms) of the store's calls is reported too: debug mode
+  slows every step;
+- one task alone: the median put and get latency, async against the sync Store called
+  directly, and the bare drivers' round trip (PING, ``SELECT 1``) and read of the same bytes,
+  async against sync: the drivers' own cost of asyncio.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import asyncio.events
+import gc
 import logging
 import statistics
 import sys
 import time
 import uuid
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -116,89 +128,139 @@ def payload() -> bytes:
     return orjson.dumps(checkpoint("floor").to_json())
 
 
-async def floor_async(backend: str, tasks: int, rounds: int, pool: int) -> float:
-    """put + get pairs per second of the bare asyncio driver: a SET and a GET (Redis), an
-    upsert and a SELECT (PostgreSQL) of the checkpoint's bytes, ``tasks`` tasks on ``pool``
-    connections."""
-    body = payload()
-    if backend == "redis":
-        import redis.asyncio as aredis
+class BareAsync:
+    """The bare asyncio driver on ``pool`` connections: ``write(k)`` is a SET (Redis) or an
+    upsert (PostgreSQL) of the checkpoint's bytes, ``read(k)`` a GET or a SELECT of them."""
 
-        client = aredis.Redis.from_pool(
-            aredis.BlockingConnectionPool.from_url(REDIS_URL, max_connections=pool)
-        )
+    def __init__(self, backend: str, pool: int) -> None:
+        self.backend, self.pool, self.body = backend, pool, payload()
 
-        async def pair(i: int) -> None:
-            await client.set(f"floor-async-{i}", body)
-            await client.get(f"floor-async-{i}")
+    async def open(self) -> BareAsync:
+        if self.backend == "redis":
+            import redis.asyncio as aredis
 
-        closing: Any = client.aclose
-    else:
-        from psycopg_pool import AsyncConnectionPool
+            self.client: Any = aredis.Redis.from_pool(
+                aredis.BlockingConnectionPool.from_url(REDIS_URL, max_connections=self.pool)
+            )
+        else:
+            from psycopg_pool import AsyncConnectionPool
 
-        apool = AsyncConnectionPool(
-            PG_URL, min_size=pool, max_size=pool, kwargs={"autocommit": True}, open=False
-        )
-        await apool.open(wait=True)
-        async with apool.connection() as conn:
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS bench_async_floor (k text PRIMARY KEY, v bytea)"
+            self.apool: Any = AsyncConnectionPool(
+                PG_URL,
+                min_size=self.pool,
+                max_size=self.pool,
+                kwargs={"autocommit": True},
+                open=False,
+            )
+            await self.apool.open(wait=True)
+            async with self.apool.connection() as conn:
+                await conn.execute(
+                    "CREATE TABLE IF NOT EXISTS bench_async_floor (k text PRIMARY KEY, v bytea)"
+                )
+        return self
+
+    async def write(self, key: str) -> None:
+        if self.backend == "redis":
+            await self.client.set(f"floor-{key}", self.body)
+            return
+        async with self.apool.connection() as conn:
+            await conn.execute(UPSERT, (key, self.body))
+
+    async def read(self, key: str) -> None:
+        if self.backend == "redis":
+            await self.client.get(f"floor-{key}")
+            return
+        async with self.apool.connection() as conn:
+            await (await conn.execute(SELECT, (key,))).fetchone()
+
+    async def ping(self) -> None:
+        """One round trip and nothing else: a PING, a ``SELECT 1``."""
+        if self.backend == "redis":
+            await self.client.ping()
+            return
+        async with self.apool.connection() as conn:
+            await conn.execute("SELECT 1")
+
+    async def close(self) -> None:
+        if self.backend == "redis":
+            await self.client.aclose()
+        else:
+            await self.apool.close()
+
+
+class BareSync:
+    """``BareAsync`` through the synchronous drivers."""
+
+    def __init__(self, backend: str, pool: int) -> None:
+        self.backend, self.body = backend, payload()
+        if backend == "redis":
+            self.client = redis.Redis.from_url(REDIS_URL, max_connections=pool)
+        else:
+            from psycopg_pool import ConnectionPool
+
+            self.spool = ConnectionPool(
+                PG_URL, min_size=pool, max_size=pool, kwargs={"autocommit": True}, open=True
             )
 
-        async def pair(i: int) -> None:
-            async with apool.connection() as conn:
-                await conn.execute(
-                    "INSERT INTO bench_async_floor VALUES (%s, %s) ON CONFLICT (k) DO UPDATE "
-                    "SET v = excluded.v",
-                    (f"a{i}", body),
-                )
-            async with apool.connection() as conn:
-                cur = await conn.execute("SELECT v FROM bench_async_floor WHERE k = %s", (f"a{i}",))
-                await cur.fetchone()
+    def write(self, key: str) -> None:
+        if self.backend == "redis":
+            self.client.set(f"floor-{key}", self.body)
+            return
+        with self.spool.connection() as conn:
+            conn.execute(UPSERT, (key, self.body))
 
-        closing = apool.close
+    def read(self, key: str) -> None:
+        if self.backend == "redis":
+            self.client.get(f"floor-{key}")
+            return
+        with self.spool.connection() as conn:
+            conn.execute(SELECT, (key,)).fetchone()
+
+    def ping(self) -> None:
+        if self.backend == "redis":
+            self.client.ping()
+            return
+        with self.spool.connection() as conn:
+            conn.execute("SELECT 1")
+
+    def close(self) -> None:
+        if self.backend == "redis":
+            self.client.close()
+        else:
+            self.spool.close()
+
+
+UPSERT = (
+    "INSERT INTO bench_async_floor VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
+)
+SELECT = "SELECT v FROM bench_async_floor WHERE k = %s"
+
+
+async def floor_async(backend: str, tasks: int, rounds: int, pool: int) -> float:
+    """put + get pairs per second of the bare asyncio driver, ``tasks`` tasks on ``pool``
+    connections."""
+    bare = await BareAsync(backend, pool).open()
 
     async def worker(i: int) -> None:
         for _ in range(rounds):
-            await pair(i)
+            await bare.write(f"a{i}")
+            await bare.read(f"a{i}")
 
     await worker(0)
     started = time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(tasks)))
     elapsed = time.perf_counter() - started
-    await closing()
+    await bare.close()
     return tasks * rounds / elapsed
 
 
 async def floor_threads(backend: str, tasks: int, rounds: int, pool: int) -> float:
     """The same through the sync driver and ``asyncio.to_thread``."""
-    body = payload()
-    if backend == "redis":
-        client = redis.Redis.from_url(REDIS_URL, max_connections=pool)
+    bare = BareSync(backend, pool)
 
-        def pair(i: int) -> None:
-            client.set(f"floor-sync-{i}", body)
-            client.get(f"floor-sync-{i}")
-
-        closing: Callable[[], None] = client.close
-    else:
-        from psycopg_pool import ConnectionPool
-
-        spool = ConnectionPool(
-            PG_URL, min_size=pool, max_size=pool, kwargs={"autocommit": True}, open=True
-        )
-
-        def pair(i: int) -> None:
-            with spool.connection() as conn:
-                conn.execute(
-                    "INSERT INTO bench_async_floor VALUES (%s, %s) ON CONFLICT (k) DO UPDATE "
-                    "SET v = excluded.v",
-                    (f"t{i}", body),
-                )
-            with spool.connection() as conn:
-                conn.execute("SELECT v FROM bench_async_floor WHERE k = %s", (f"t{i}",)).fetchone()
-
-        closing = spool.close
+    def pair(i: int) -> None:
+        bare.write(f"t{i}")
+        bare.read(f"t{i}")
 
     async def worker(i: int) -> None:
         for _ in range(rounds):
@@ -208,7 +270,7 @@ async def floor_threads(backend: str, tasks: int, rounds: int, pool: int) -> flo
     started = time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(tasks)))
     elapsed = time.perf_counter() - started
-    closing()
+    bare.close()
     return tasks * rounds / elapsed
 
 
@@ -238,21 +300,59 @@ class SlowCallbacks(logging.Handler):
             self.count += 1
 
 
-async def longest_stall(
-    url: str, options: dict[str, Any], puts: int, *, debug: bool
-) -> tuple[float, int]:
-    """The longest a 1 ms heartbeat woke late (ms) during ``puts`` concurrent puts, and, with
-    ``debug`` (asyncio's debug mode, which slows every step), how many steps of the store's
-    calls it reported slower than 10 ms."""
-    loop = asyncio.get_running_loop()
-    loop.set_debug(debug)
-    loop.slow_callback_duration = 0.010
-    handler = SlowCallbacks()
-    logging.getLogger("asyncio").addHandler(handler)
-    store = open_async_store(url, **options)
-    await store.setup()
-    item = checkpoint("stall")
-    await store.put(item, key="warm")
+class Steps:
+    """The longest step of the event loop while ``timing()``: its wall time, the loop thread's
+    CPU time in it, and the time a garbage collection took inside it (all in ms)."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = self.collecting = 0.0
+        self.what = ""
+        self._collected = 0.0
+
+    def _collection(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self._collected += time.perf_counter() - self._started
+
+    @contextmanager
+    def timing(self) -> Iterator[Steps]:
+        handle = asyncio.events.Handle
+        run = handle._run
+
+        def timed(step: Any) -> None:
+            collected, cpu, wall = self._collected, time.thread_time(), time.perf_counter()
+            run(step)
+            wall = (time.perf_counter() - wall) * 1000
+            if active and wall > self.wall:  # (the step that ends the timing is not counted)
+                self.wall, self.cpu = wall, (time.thread_time() - cpu) * 1000
+                self.collecting = (self._collected - collected) * 1000
+                self.what = _step_of(step)
+
+        active = True
+        handle._run = timed  # type: ignore[method-assign]
+        gc.callbacks.append(self._collection)
+        try:
+            yield self
+        finally:
+            active = False
+            handle._run = run  # type: ignore[method-assign]
+            gc.callbacks.remove(self._collection)
+
+
+def _step_of(handle: Any) -> str:
+    """What a loop step ran: a task's coroutine where it was a task's step."""
+    callback = handle._callback
+    task = getattr(callback, "__self__", None)
+    if isinstance(task, asyncio.Task):
+        return task.get_coro().__qualname__  # type: ignore[union-attr]
+    return getattr(callback, "__qualname__", repr(callback))
+
+
+async def heartbeat_during(calls: list[Awaitable[Any]], steps: Steps) -> float:
+    """The longest a 1 ms heartbeat woke late (ms) while ``calls`` ran concurrently, and the
+    longest step of the loop then (``steps``). Making the calls' tasks is this step's, not
+    theirs: it comes before both."""
     done = asyncio.Event()
     worst = 0.0
 
@@ -263,50 +363,116 @@ async def longest_stall(
             await asyncio.sleep(0.001)
             worst = max(worst, (time.perf_counter() - asked - 0.001) * 1000)
 
-    calls = [asyncio.create_task(store.put(item, key=f"s{i}")) for i in range(puts)]
-    beat = asyncio.create_task(heartbeat())  # from here on: the store's work, not ours
-    await asyncio.gather(*calls)
-    done.set()
-    await beat
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    with steps.timing():
+        beat = asyncio.create_task(heartbeat())
+        await asyncio.gather(*tasks)
+        done.set()
+        await beat
+    return worst
+
+
+@contextmanager
+def collector(on: bool) -> Iterator[None]:
+    if on:
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+async def longest_stall(
+    url: str, options: dict[str, Any], puts: int, *, collect: bool = True
+) -> tuple[float, Steps]:
+    """The heartbeat's longest delay (ms) during ``puts`` concurrent puts, and the loop's
+    longest step then; ``collect``: the garbage collector runs as usual."""
+    store = open_async_store(url, **options)
+    await store.setup()
+    item = checkpoint("stall")
+    await store.put(item, key="warm")
+    steps = Steps()
+    with collector(collect):
+        worst = await heartbeat_during([store.put(item, key=f"s{i}") for i in range(puts)], steps)
+    await store.close()
+    return worst, steps
+
+
+async def bare_stall(backend: str, puts: int, pool: int) -> float:
+    """The heartbeat's longest delay (ms) during ``puts`` concurrent writes of the bare async
+    driver on ``pool`` connections (the garbage collector on)."""
+    bare = await BareAsync(backend, pool).open()
+    await bare.write("warm")
+    worst = await heartbeat_during([bare.write(f"s{i}") for i in range(puts)], Steps())
+    await bare.close()
+    return worst
+
+
+async def slow_steps(url: str, options: dict[str, Any], puts: int) -> int:
+    """How many steps of the store's calls asyncio's debug mode reports slower than 10 ms
+    during ``puts`` concurrent puts."""
+    loop = asyncio.get_running_loop()
+    loop.set_debug(True)
+    loop.slow_callback_duration = 0.010
+    handler = SlowCallbacks()
+    logging.getLogger("asyncio").addHandler(handler)
+    store = open_async_store(url, **options)
+    await store.setup()
+    item = checkpoint("stall")
+    await store.put(item, key="warm")
+    await asyncio.gather(*(store.put(item, key=f"s{i}") for i in range(puts)))
     await store.close()
     loop.set_debug(False)
     logging.getLogger("asyncio").removeHandler(handler)
-    return worst, handler.count
+    return handler.count
 
 
 def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
-async def one_task(url: str, options: dict[str, Any], n: int) -> tuple[float, ...]:
-    """Median put and get latency (ms) of one task: the AsyncStore's, and the sync Store's
-    called directly, in alternating blocks of 50 in the same process (drift on a shared
-    machine then moves both alike). Returns async put, async get, sync put, sync get."""
+async def one_task(url: str, options: dict[str, Any], backend: str, n: int) -> dict[str, float]:
+    """Median latencies (ms) of one task: the AsyncStore's put and get and the sync Store's
+    called directly, and the bare drivers' round trip (``ping``) and read of the checkpoint's
+    bytes, async and sync; in alternating blocks of 10 in the same process (drift on a shared
+    machine then moves all alike)."""
     astore = open_async_store(url, **options)
     await astore.setup()
     store = open_store(url, **options)
+    abare = await BareAsync(backend, 1).open()
+    sbare = BareSync(backend, 1)
     item = checkpoint("one")
-    times: dict[str, list[float]] = {"aput": [], "aget": [], "sput": [], "sget": []}
-    for block in range(n // 50 + 1):
-        for _ in range(50):
-            started = time.perf_counter()
-            await astore.put(item, key="a")
-            times["aput"].append(time.perf_counter() - started)
-            started = time.perf_counter()
-            await astore.get("a")
-            times["aget"].append(time.perf_counter() - started)
-        for _ in range(50):
-            started = time.perf_counter()
-            store.put(item, key="s")
-            times["sput"].append(time.perf_counter() - started)
-            started = time.perf_counter()
-            store.get("s")
-            times["sget"].append(time.perf_counter() - started)
+
+    async def blocking(fn: Callable[[], Any]) -> None:
+        fn()
+
+    paths: dict[str, Callable[[], Awaitable[Any]]] = {
+        "aput": lambda: astore.put(item, key="a"),
+        "aget": lambda: astore.get("a"),
+        "sput": lambda: blocking(lambda: store.put(item, key="s")),
+        "sget": lambda: blocking(lambda: store.get("s")),
+        "aping": abare.ping,
+        "sping": lambda: blocking(sbare.ping),
+        "aread": lambda: abare.read("one"),
+        "sread": lambda: blocking(lambda: sbare.read("one")),
+    }
+    sbare.write("one")
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    for block in range(n // 10 + 1):
+        for name, path in paths.items():
+            for _ in range(10):
+                started = time.perf_counter()
+                await path()
+                times[name].append(time.perf_counter() - started)
         if block == 0:  # connections, statements and caches warm: start counting
             times = {name: [] for name in times}
     await astore.close()
     store.close()
-    return tuple(median_ms(times[name]) for name in ("aput", "aget", "sput", "sget"))
+    await abare.close()
+    sbare.close()
+    return {name: median_ms(samples) for name, samples in times.items()}
 
 
 def measure(backend: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -325,12 +491,15 @@ def measure(backend: str, args: argparse.Namespace) -> dict[str, Any]:
         sizes = (args.tasks, args.rounds, args.pool)
         row["floor_async"] = asyncio.run(floor_async(backend, *sizes))
         row["floor_threads"] = asyncio.run(floor_threads(backend, *sizes))
+        row["stall_ms"], row["steps"] = fresh(lambda u, o: longest_stall(u, o, args.puts))
+        row["stall_nogc_ms"], row["steps_nogc"] = fresh(
+            lambda u, o: longest_stall(u, o, args.puts, collect=False)
+        )
+        row["bare_stall_ms"] = asyncio.run(bare_stall(backend, args.puts, args.pool))
+        row["slow_callbacks"] = fresh(lambda u, o: slow_steps(u, o, args.puts))
+        row["one"] = fresh(lambda u, o: one_task(u, o, backend, args.single))
     finally:
         drop_floor(backend)
-    row["stall_ms"], _ = fresh(lambda u, o: longest_stall(u, o, args.puts, debug=False))
-    _, row["slow_callbacks"] = fresh(lambda u, o: longest_stall(u, o, args.puts, debug=True))
-    latencies = fresh(lambda u, o: one_task(u, o, args.single))
-    row["async_put"], row["async_get"], row["sync_put"], row["sync_get"] = latencies
     return row
 
 
@@ -340,30 +509,56 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--pool", type=int, default=10)
     parser.add_argument("--puts", type=int, default=1000)
-    parser.add_argument("--single", type=int, default=500)
+    parser.add_argument("--single", type=int, default=1000)
     parser.add_argument("--only", default="redis,postgres")
     args = parser.parse_args()
     rows = [measure(backend, args) for backend in args.only.split(",")]
     print(
         f"\n{args.tasks} tasks x {args.rounds} rounds of put + get (100 messages), "
-        f"{args.pool} connections\n"
+        f"{args.pool} connections; {args.puts} concurrent puts; one task: medians of "
+        f"{args.single}\n"
     )
     print(
         "| backend | async put+get/s | to_thread put+get/s | async ÷ to_thread | bare drivers: "
-        "async ÷ to_thread | longest stall in 1,000 concurrent puts | callbacks > 10 ms | "
-        "one task: put async / sync ms | get async / sync ms |"
+        "async ÷ to_thread |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['backend']} | {r['async_tps']:.0f} | {r['threads_tps']:.0f} | "
             f"{r['async_tps'] / r['threads_tps']:.2f}x | {r['floor_async']:.0f} ÷ "
-            f"{r['floor_threads']:.0f} = {r['floor_async'] / r['floor_threads']:.2f}x | "
-            f"{r['stall_ms']:.1f} ms | "
-            f"{r['slow_callbacks']} | {r['async_put']:.3f} / {r['sync_put']:.3f} "
-            f"({r['async_put'] / r['sync_put']:.2f}x) | {r['async_get']:.3f} / "
-            f"{r['sync_get']:.3f} ({r['async_get'] / r['sync_get']:.2f}x) |"
+            f"{r['floor_threads']:.0f} = {r['floor_async'] / r['floor_threads']:.2f}x |"
         )
+    print(
+        "\n| backend | heartbeat delay, gc on / off | bare driver's heartbeat delay | longest "
+        "step, gc on: wall / CPU / GC in it | gc off: wall / CPU | debug mode: steps > 10 ms |"
+    )
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        on, off = r["steps"], r["steps_nogc"]
+        print(
+            f"| {r['backend']} | {r['stall_ms']:.1f} / {r['stall_nogc_ms']:.1f} ms | "
+            f"{r['bare_stall_ms']:.1f} ms | {on.wall:.1f} / {on.cpu:.1f} / "
+            f"{on.collecting:.1f} ms ({on.what}) | {off.wall:.1f} / {off.cpu:.1f} ms ({off.what}) | "
+            f"{r['slow_callbacks']} |"
+        )
+    print(
+        "\n| backend | put: async / sync ms | get: async / sync ms | bare round trip: async / "
+        "sync ms | bare read: async / sync ms |"
+    )
+    print("|---|---|---|---|---|")
+    for r in rows:
+        cells = [
+            f"{o[a]:.3f} / {o[s]:.3f} ({o[a] / o[s]:.2f}x)"
+            for o in [r["one"]]
+            for a, s in (
+                ("aput", "sput"),
+                ("aget", "sget"),
+                ("aping", "sping"),
+                ("aread", "sread"),
+            )
+        ]
+        print(f"| {r['backend']} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
