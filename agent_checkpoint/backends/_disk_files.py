@@ -8,8 +8,10 @@ replacing the file. The newest whole frame is the record: a frame a killed write
 (too short, or failing its checksum) is ignored, and the next write replaces the file. A
 write that would grow the file past ``LOG_BYTES``, a larger record, a tombstone and the first
 record of a key replace the file (temp file, fsync, rename, folder fsync), with one frame.
-Versions before frames read a file of several as unreadable (all after its first header as
-the record): a store this version wrote needs this version or a later one.
+A rewrite's earlier frames stay in the file until it is replaced (at most ``LOG_BYTES`` of the
+key's earlier versions; a delete replaces it at once). Versions before frames read a file of
+several as unreadable (all after its first header as the record): a store this version wrote
+needs this version or a later one.
 
 Version 0.4 stored a growing history *split*: the record file held the envelope's head (its
 history cut out at ``GAP``) and a ``split`` header naming a data file under ``segments/``
