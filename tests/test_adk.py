@@ -395,6 +395,74 @@ def test_delete_removes_the_session_and_leaves_app_and_user_state(tmp_path: Path
     assert again.state == got.state and user == {"u": 2}
 
 
+class Stopped(Exception):
+    """The writer stopping (a crash) between its session write and its state writes."""
+
+
+def test_app_and_user_deltas_survive_a_writer_that_stops_after_the_event(url: str) -> None:
+    # The event (with its app: and user: deltas) is written first, then the app's and the
+    # user's state records: a writer that stops between the two must not lose the deltas.
+    services, stores = two_stores(url)
+    writer, reader = services
+    session_id = sid()
+
+    def stop(*args: Any) -> None:
+        raise Stopped
+
+    async def run() -> tuple[Any, dict[str, Any], Any]:
+        try:
+            session = await writer.create_session(
+                app_name=APP, user_id=USER, session_id=session_id, state={"app:a": 0}
+            )
+            writer._merge = stop  # type: ignore[method-assign]
+            with pytest.raises(Stopped):
+                await writer.append_event(session, said("hi", **{"app:a": 1, "user:u": "x"}))
+            ids = {"app_name": APP, "user_id": USER, "session_id": session_id}
+            again = await reader.get_session(**ids)  # another process, after the stop
+            user = await reader.get_user_state(app_name=APP, user_id=USER)
+            other = await reader.create_session(app_name=APP, user_id=USER)
+            return again, user, other
+        finally:
+            await closing(stores)
+
+    again, user, other = asyncio.run(run())
+    assert again is not None and [e.content.parts[0].text for e in again.events] == ["hi"]
+    assert again.state == {"app:a": 1, "user:u": "x"}
+    assert user == {"u": "x"} and other.state == {"app:a": 1, "user:u": "x"}
+
+
+def test_a_late_delta_sets_only_what_no_newer_delta_set(
+    tmp_path: Path,
+) -> None:
+    store = open_store(str(tmp_path / "store"))
+    stopped, other = AgentCheckpointSessionService(store), AgentCheckpointSessionService(store)
+
+    def stop(*args: Any) -> None:
+        raise Stopped
+
+    async def run() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        first = await stopped.create_session(app_name=APP, user_id=USER, session_id="a")
+        stopped._merge = stop  # type: ignore[method-assign]
+        with pytest.raises(Stopped):  # user:k = old and user:j = only, never applied
+            await stopped.append_event(first, said("1", 1_000.0, **{"user:k": "old", "user:j": 1}))
+        second = await other.create_session(app_name=APP, user_id=USER, session_id="b")
+        await other.append_event(second, said("2", 2_000.0, **{"user:k": "new"}))
+        before = await other.get_user_state(app_name=APP, user_id=USER)
+        del stopped._merge  # the same service carries on
+        again = await stopped.get_session(app_name=APP, user_id=USER, session_id="a")
+        assert again is not None
+        await stopped.append_event(again, said("3", 3_000.0))
+        after = await other.get_user_state(app_name=APP, user_id=USER)
+        latest = await other.get_session(app_name=APP, user_id=USER, session_id="a")
+        assert latest is not None
+        return before, after, latest.state
+
+    before, after, state = asyncio.run(run())
+    assert before == {"k": "new"}
+    assert after == {"k": "new", "j": 1}  # the late delta set j, and left the newer k alone
+    assert state == {"user:k": "new", "user:j": 1}
+
+
 def test_appending_to_a_deleted_session_raises_adks_not_found(tmp_path: Path) -> None:
     service = AgentCheckpointSessionService(str(tmp_path / "store"))
 

@@ -43,6 +43,17 @@ SESSION = "adkSession"
 STATE = "adkState"
 """The field of an app or user state record holding its state."""
 
+STAMPS = "adkStamps"
+"""The field of an app or user state record holding, for each key of its state, the stamp
+(``[event timestamp, write token]``) of the delta that set it: a delta applied again, or late,
+changes no key a newer one set."""
+
+SCOPED = "scoped"
+"""The field of a session's ``SESSION`` holding its newest event's ``app:`` and ``user:``
+deltas and their stamp (``{"at": [...], "app": {...}, "user": {...}}``): written with the event,
+applied to the state records after it, and applied again by a reader that finds it not
+applied (the writer stopped between the two)."""
+
 
 # -- keys -------------------------------------------------------------------------------------
 
@@ -132,10 +143,27 @@ def merged(session: Mapping[str, Any], app: Mapping[str, Any], user: Mapping[str
 
 
 def state_of(record: Record | None, store: Store) -> dict[str, Any]:
+    return stamped_state(record, store)[0]
+
+
+def stamped_state(
+    record: Record | None, store: Store
+) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """An app or user state record's state and the stamps of its keys."""
     if record is None:
-        return {}
-    state = store.decode_json(record)["data"].get(STATE)
-    return dict(state) if isinstance(state, dict) else {}
+        return {}, {}
+    data = store.decode_json(record)["data"]
+    state, stamps = data.get(STATE), data.get(STAMPS)
+    return (
+        dict(state) if isinstance(state, dict) else {},
+        dict(stamps) if isinstance(stamps, dict) else {},
+    )
+
+
+def newer(stamp: list[Any], than: Any) -> bool:
+    """Whether a delta stamped ``stamp`` is newer than the stamp ``than`` a key holds (none:
+    any delta is)."""
+    return not isinstance(than, list) or stamp > than
 
 
 # -- events and messages ----------------------------------------------------------------------

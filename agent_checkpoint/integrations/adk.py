@@ -43,7 +43,7 @@ import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from google.adk.errors import StaleSessionError
@@ -74,7 +74,9 @@ from agent_checkpoint import (
 from ._adk_records import (
     EVENT,
     KEY_PREFIX,
+    SCOPED,
     SESSION,
+    STAMPS,
     STATE,
     STATE_PREFIX,
     Scopes,
@@ -85,8 +87,10 @@ from ._adk_records import (
     json_of,
     latest,
     merged,
+    newer,
     parsed,
     session_key,
+    stamped_state,
     state_of,
     timestamp_of,
     to_message,
@@ -194,6 +198,7 @@ class _Known:
     history: tuple[Message, ...]
     state: dict[str, Any]  # the session's own
     asked: str  # the last user message's text: the record's originalInput
+    scoped: dict[str, Any] | None = None  # its SCOPED, unless this service has applied it
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +210,13 @@ class _Ids:
     @property
     def key(self) -> str:
         return session_key(self.app, self.user, self.sid)
+
+
+def _scoped_of(scopes: Scopes, timestamp: float, write: str) -> dict[str, Any] | None:
+    """What a session's write records of its app and user deltas (``SCOPED``), if any."""
+    if not (scopes.app or scopes.user):
+        return None
+    return {"at": [timestamp, write], "app": scopes.app, "user": scopes.user}
 
 
 def _stale(session_id: str) -> StaleSessionError:
@@ -345,9 +357,9 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
             session._storage_update_marker = write
             session.last_update_time = event.timestamp
             self._commit_event_to_session(session, event)
-        scopes = Scopes.of(delta)
-        if scopes.app or scopes.user:
-            await settled(self._store.call(self._merge_scopes, ids, scopes))
+        scoped = _scoped_of(Scopes.of(delta), event.timestamp, write)
+        if scoped is not None:
+            await settled(self._store.call(self._apply_scoped, ids, write, scoped))
         return event
 
     # -- one call at a time per session, in this process ---------------------------------------
@@ -368,13 +380,16 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
     def _create(self, store: Store, ids: _Ids, scopes: Scopes) -> Session:
         now = time.time()
         write = uuid.uuid4().hex
-        record = self._record(ids, (), scopes.session, now, write, "")
+        scoped = _scoped_of(scopes, now, write)
+        record = self._record(ids, (), scopes.session, now, write, "", scoped)
         try:
             summary = store.put(record, key=ids.key, create_only=True)
         except ConflictError as exc:
             raise AlreadyExistsError(f"Session with id {ids.sid} already exists.") from exc
-        self._remember(ids.key, _Known(summary.revision, write, (), scopes.session, ""))
-        app, user = self._scoped(store, ids, scopes)
+        self._remember(ids.key, _Known(summary.revision, write, (), scopes.session, "", scoped))
+        app, user = self._scoped(store, ids, scoped)
+        if scoped is not None:
+            self._applied(ids.key, write)
         session = Session(
             id=ids.sid,
             app_name=ids.app,
@@ -408,7 +423,8 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
         kept = latest(history, recent, after)
         start = len(history) - len(kept)
         events = [event_of(key, start + i, entry, saved) for i, entry in enumerate(kept)]
-        app, user = self._scoped(store, ids, None)
+        scoped = meta.get(SCOPED)
+        app, user = self._scoped(store, ids, scoped if isinstance(scoped, dict) else None)
         session = Session(
             id=ids.sid,
             app_name=ids.app,
@@ -491,12 +507,18 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
                     raise _stale(ids.sid)
             elif known.write != marker:
                 raise _stale(ids.sid)
+        if known.scoped is not None:
+            # the previous event's app and user deltas, not known to be applied: they would
+            # leave the record with this write, so they are applied first (again is harmless)
+            self._scoped(store, ids, known.scoped)
         message = to_message(event)
         history = (*known.history, message)  # the same objects: the store appends
-        state = {**known.state, **Scopes.of(delta).session}
+        scopes = Scopes.of(delta)
+        state = {**known.state, **scopes.session}
         asked = message.content if message.role == "user" and message.content else known.asked
         write = uuid.uuid4().hex
-        record = self._record(ids, history, state, timestamp, write, asked)
+        scoped = _scoped_of(scopes, timestamp, write)
+        record = self._record(ids, history, state, timestamp, write, asked, scoped)
         try:
             summary = store.put(record, key=key, if_revision=known.revision)
         except ConflictError as exc:
@@ -509,34 +531,62 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
         except BaseException:
             self._forget(key)  # the outcome may be unknown: read the record again
             raise
-        self._remember(key, _Known(summary.revision, write, history, state, asked))
+        self._remember(key, _Known(summary.revision, write, history, state, asked, scoped))
         return write
 
-    def _merge_scopes(self, store: Store, ids: _Ids, scopes: Scopes) -> None:
-        self._scoped(store, ids, scopes)
+    def _apply_scoped(self, store: Store, ids: _Ids, write: str, scoped: dict[str, Any]) -> None:
+        """Apply the app and user deltas ``scoped`` that the session's write ``write``
+        recorded (again, if a later write of this service applied them first: harmless)."""
+        self._scoped(store, ids, scoped)
+        self._applied(ids.key, write)
+
+    def _applied(self, key: str, write: str) -> None:
+        """Remember that the write ``write`` of ``key`` has its app and user deltas applied."""
+        known = self._recall(key)
+        if known is not None and known.write == write:
+            self._remember(key, replace(known, scoped=None))
 
     def _scoped(
-        self, store: Store, ids: _Ids, scopes: Scopes | None
+        self, store: Store, ids: _Ids, scoped: dict[str, Any] | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The app's and the user's state, with ``scopes``' deltas merged in first."""
+        """The app's and the user's state, with the deltas ``scoped`` recorded merged in
+        where a newer delta has not set the key since (read alone when all are)."""
         app_at, user_at = app_key(ids.app), user_key(ids.app, ids.user)
-        if scopes is None or not (scopes.app or scopes.user):
-            app, user = store.get_records([app_at, user_at])
-            return state_of(app, store), state_of(user, store)
-        return (
-            self._merge(store, app_at, None, ids.app, scopes.app),
-            self._merge(store, user_at, ids.user, ids.app, scopes.user),
-        )
+        records = store.get_records([app_at, user_at])
+        states: list[dict[str, Any]] = []
+        for key, record, owner, scope in (
+            (app_at, records[0], None, "app"),
+            (user_at, records[1], ids.user, "user"),
+        ):
+            state, stamps = stamped_state(record, store)
+            delta = scoped.get(scope) if scoped is not None else None
+            stamp = scoped.get("at") if scoped is not None else None
+            if (
+                isinstance(delta, dict)
+                and isinstance(stamp, list)
+                and any(newer(stamp, stamps.get(k)) for k in delta)
+            ):
+                state = self._merge(store, key, owner, ids.app, delta, stamp)
+            states.append(state)
+        return states[0], states[1]
 
     def _merge(
-        self, store: Store, key: str, owner: str | None, app: str, delta: dict[str, Any]
+        self,
+        store: Store,
+        key: str,
+        owner: str | None,
+        app: str,
+        delta: dict[str, Any],
+        stamp: list[Any],
     ) -> dict[str, Any]:
         for _ in range(_TRIES):
             record = store.get_record(key)
-            state = state_of(record, store)
-            if not delta:
+            state, stamps = stamped_state(record, store)
+            fresh = [k for k in delta if newer(stamp, stamps.get(k))]
+            if not fresh:
                 return state
-            state.update(delta)
+            for k in fresh:
+                state[k], stamps[k] = delta[k], stamp
             checkpoint = RunCheckpoint(
                 run_id=key,
                 history=(),
@@ -544,7 +594,7 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
                 original_input=OriginalInput(""),
                 identity=Identity(key, principal=owner),
                 agent=AgentRef(f"adk-state:{app}"),
-                extra={STATE: state},
+                extra={STATE: state, STAMPS: stamps},
             )
             try:
                 if record is None:
@@ -570,13 +620,14 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
         meta = conversation.extra.get(SESSION)
         if not isinstance(meta, dict):
             raise unreadable(f"record {key!r} holds no ADK session ({SESSION})")
-        state = meta.get("state")
+        state, scoped = meta.get("state"), meta.get(SCOPED)
         known = _Known(
             record.summary.revision,
             str(meta.get("write")),
             conversation.history,
             dict(state) if isinstance(state, dict) else {},
             conversation.original_input.message,
+            scoped if isinstance(scoped, dict) else None,
         )
         self._remember(key, known)
         return known
@@ -589,8 +640,9 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
         updated: float,
         write: str,
         asked: str,
+        scoped: dict[str, Any] | None,
     ) -> RunCheckpoint:
-        meta = {
+        meta: dict[str, Any] = {
             "appName": ids.app,
             "userId": ids.user,
             "id": ids.sid,
@@ -598,6 +650,8 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
             "lastUpdateTime": updated,
             "write": write,
         }
+        if scoped is not None:
+            meta[SCOPED] = scoped
         return RunCheckpoint(
             run_id=ids.sid,
             history=tuple(history),
