@@ -15,6 +15,7 @@ from typing import Any
 from tenacity import (
     RetryCallState,
     Retrying,
+    before_nothing,
     retry_if_exception_type,
     stop_after_attempt,
     stop_after_delay,
@@ -63,22 +64,18 @@ class RetryPolicy:
         then makes the rest after the wait the first failure earns, within what is left of
         the policy's attempts and deadline: ``Store._call`` tries once before it builds this,
         since most calls need no retry and the machinery costs more than a memory put."""
-        if failed_in is None:
-            return Retrying(
-                stop=stop_after_attempt(self.attempts) | stop_after_delay(self.deadline),
-                wait=wait_random_exponential(multiplier=self.initial, max=self.maximum),
-                retry=retry_if_exception_type(BackendUnavailableError),
-                reraise=True,
-                sleep=pause,  # on the event loop's clock under AsyncStore
-            )
+        tried = failed_in is not None
         return Retrying(
-            stop=stop_after_attempt(self.attempts - 1)
-            | stop_after_delay(max(self.deadline - failed_in, 0.0)),
-            wait=wait_random_exponential(multiplier=self.initial * 2, max=self.maximum),
+            stop=stop_after_attempt(self.attempts - tried)
+            | stop_after_delay(max(self.deadline - (failed_in or 0.0), 0.0)),
+            # tenacity's first wait is then the second of the policy's
+            wait=wait_random_exponential(
+                multiplier=self.initial * (2 if tried else 1), max=self.maximum
+            ),
             retry=retry_if_exception_type(BackendUnavailableError),
             reraise=True,
-            sleep=pause,
-            before=self._wait_after_the_first,
+            sleep=pause,  # on the event loop's clock under AsyncStore
+            before=self._wait_after_the_first if tried else before_nothing,
         )
 
     def _wait_after_the_first(self, state: RetryCallState) -> None:
