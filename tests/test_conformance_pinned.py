@@ -113,6 +113,17 @@ class Untranslated(Toy):
         yield
 
 
+class BusyUnderThreads(Toy):
+    """A write from one of several threads fails (a driver that is not thread-safe)."""
+
+    def save(
+        self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
+    ) -> Summary:
+        if record.summary.key == "w3-0":
+            raise RuntimeError("driver busy")
+        return super().save(record, expect_revision=expect_revision, create_only=create_only)
+
+
 class Suite(StoreConformance):
     """The suite as a backend's test module subclasses it (run here method by method)."""
 
@@ -143,6 +154,8 @@ CASES: list[tuple[type[Toy], str, str]] = [  # mutant, the test that catches it,
     ),
     (OldestTiesByKeyDescending, "test_retention_forgets_ties_in_key_order", "not d and a"),
     (ScanPastLimit, "test_scan_returns_at_most_limit_summaries", r"limit=1, .* listed \['e', 'a'"),
+    # the suites' asserts are rewritten by pytest: a failure shows what the writers met
+    (BusyUnderThreads, "test_concurrent_writers_on_distinct_keys_all_land", "driver busy"),
     (
         Untranslated,
         "test_driver_faults_reach_the_caller_as_library_errors",

@@ -22,8 +22,22 @@ the ``Store``'s synchronous face::
         yield store
 """
 
-from ._async import BlockingStore
-from ._conformance import (
+import pytest
+
+# Before the suites are imported: their plain asserts then report the values compared (a
+# list of the errors writers met, say), as a test module's do, not a bare AssertionError.
+_SUITES = (
+    "_claims",
+    "_encryption",
+    "_growth",
+    "_record_contract",
+    "_store_contract",
+    "_writer_contract",
+)
+pytest.register_assert_rewrite(*(f"{__name__}.{name}" for name in _SUITES))
+
+from ._async import BlockingStore  # noqa: E402
+from ._conformance import (  # noqa: E402
     AppendingConformance,
     ClaimsConformance,
     EncryptionConformance,
