@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -795,6 +796,56 @@ def test_a_store_made_before_the_revision_sequence_upgrades_and_never_repeats_a_
         store.setup()
         assert store.put(checkpoint("new"), key="new").revision > 41
         assert store.put(checkpoint("old"), key="old").revision > 41
+
+
+def test_the_listing_indexes_shrink_when_they_lose_the_key_and_list_the_same(
+    admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def pages(store: Store, **filters: Any) -> list[list[str]]:
+        out: list[list[str]] = []
+        after = None
+        while True:
+            page = store.backend.scan(Query(limit=7, after=after, **filters))
+            out.append([s.key for s in page])
+            if len(page) < 7:
+                return out
+            after = (page[-1].saved_at, page[-1].key)
+
+    def listings(store: Store) -> list[list[list[str]]]:
+        return [
+            pages(store),
+            pages(store, oldest_first=True),
+            pages(store, owner="owner3"),
+            pages(store, agent_id="agent2", saved_before=BASE + 150),
+            pages(store, failed=True, saved_since=BASE + 40),
+        ]
+
+    def index_bytes() -> dict[str, int]:
+        rows = admin.execute(
+            "SELECT c.relname, pg_relation_size(c.oid) FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid "
+            "JOIN pg_namespace n ON n.oid = t.relnamespace "
+            "WHERE n.nspname = %s AND t.relname = 'agent_checkpoints'",
+            (schema,),
+        ).fetchall()
+        return {name.removeprefix("agent_checkpoints_"): size for name, size in rows}
+
+    with open_pg(schema) as store:
+        with monkeypatch.context() as m:
+            m.setattr(postgres, "MIGRATIONS", MIGRATIONS[:8])  # the step before this one
+            store.setup()
+        for i in range(1200):  # keys as long as a LangGraph lineage's, three to a millisecond
+            record = scale_record(i)
+            key = f"langgraph/thread-{i * 7919 % 1200:05d}/ns/m/lineage-{i:040d}"
+            store.backend.save(replace(record, summary=replace(record.summary, key=key)))
+        before, wide = listings(store), index_bytes()
+        store.setup()
+        assert ledger(admin, schema)[-1] == (MIGRATIONS[-1][0], "listing indexes without the key")
+        assert listings(store) == before
+        narrow = index_bytes()
+    assert sum(len(page) for page in before[0]) == 1200
+    for name in ("newest_idx", "owner_idx", "agent_idx", "failed_idx"):
+        assert narrow[name] * 2 <= wide[name], (name, wide[name], narrow[name])
 
 
 # -- growing histories: the store's segment layer, and what older versions stored ------------
