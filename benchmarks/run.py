@@ -440,6 +440,14 @@ def _newest(run: Run, target: Any, size: int, row: Row) -> None:
             row.note = f"repeated on one saver (cache warm): {ms(1e3 * warm_s)} ms" + (
                 "" if warm_got == expected else ", NOT the right ones"
             )
+        threads_lister = getattr(instance, "threads_lister", None)
+        if threads_lister is not None:  # our saver's index-only listing: saver.threads()
+            threads_s, threads_got = _repeat(threads_lister(LIST_LIMIT))
+            row.values["threads_ms"] = 1e3 * threads_s
+            row.values["threads_exact"] = threads_got == expected
+            row.note += f"; saver.threads(): {ms(1e3 * threads_s)} ms" + (
+                "" if threads_got == expected else ", NOT the right ones"
+            )
         log(
             f"[c] {run.elapsed()} {size:>7,} {label(target):<28} newest {LIST_LIMIT}: "
             f"{1e3 * seconds:9.2f} ms  right {right}/{LIST_LIMIT} exact={got == expected} "

@@ -105,6 +105,11 @@ class SaverInstance(_LangGraphInstance):
         reader = self._reader()
         return lambda: _thread_ids(reader, limit)
 
+    def threads_lister(self, limit: int) -> Callable[[], list[str]]:
+        """``saver.threads(limit=...)``: the newest threads from the store's index alone (thread
+        id, latest checkpoint id, time, message count), on a new saver each call."""
+        return lambda: [t.thread_id for t in self._reader().threads(limit=limit)]
+
     def close(self) -> None:
         try:
             self.saver.close()  # a Store given to it stays open: the namespace's close shuts it
