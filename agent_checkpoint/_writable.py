@@ -89,20 +89,20 @@ def _fine(value: Any, level: int) -> bool:
         return _leaf_fine(value)
     current = [value]
     for _ in range(level, MAX_DEPTH + 1):
-        odd = [
+        current = [
             item
             for container in current
             for item in (container.values() if type(container) is dict else container)
             if type(item) not in _PLAIN
         ]
-        current = [item for item in odd if type(item) in _CONTAINERS]
-        if len(current) != len(odd):  # floats, or types this pass does not know
-            for item in odd:
+        if not _CONTAINERS.issuperset(map(type, current)):  # floats, or types it does not know
+            for item in current:
                 kind = type(item)
                 if kind is float and item - item != 0.0:  # NaN and ±inf give NaN
                     return False
                 if kind is not float and kind not in _CONTAINERS:
                     return False
+            current = [item for item in current if type(item) is not float]
         if not current:
             return True
     return False
