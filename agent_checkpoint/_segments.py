@@ -35,7 +35,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
 import orjson
@@ -214,8 +213,7 @@ class Segmented(Closable):
                 seen_bytes += len(content)
                 seen_pieces += 1
             piece_bytes = (seen_bytes - len(layout.inline)) / seen_pieces
-        body = layout.assemble(reversed(contents))
-        return Record(replace(record.summary, size=len(body)), body)
+        return _with_body(record, layout.assemble(reversed(contents)))
 
     def whole(self, record: Record) -> Record | None:
         """``record`` as a reader gets it: a layout record assembled from its pieces (``None``
@@ -232,8 +230,7 @@ class Segmented(Closable):
         pieces = layout.pieces[start:]
         contents = self._read_pieces(key, [piece for piece, _ in pieces])
         if all(c is not None for c in contents):
-            body = layout.assemble(c for c in contents if c is not None)
-            return Record(replace(record.summary, size=len(body)), body)
+            return _with_body(record, layout.assemble(c for c in contents if c is not None))
         again = self.inner.head(key)
         if again is not None and again.revision == record.summary.revision:
             missing = [p for (p, _), c in zip(pieces, contents, strict=True) if not c]
@@ -419,6 +416,8 @@ class Segmented(Closable):
     def _read_pieces(self, key: str, pieces: list[str]) -> list[bytes | None]:
         """The contents of ``pieces`` (``None`` for one that is gone): one round trip where
         the backend reads several records at once (``Batched``), else one per piece."""
+        if not pieces:  # most records: their history is all inline
+            return []
         keys = [f"{key}#{piece}" for piece in pieces]
         found = [self._contents.get(k) for k in keys]
         wanted = [k for k, content in zip(keys, found, strict=True) if content is None]
@@ -556,6 +555,14 @@ def _entries(content: Chunk) -> int:
         return len(orjson.loads(b"".join((b"[", content, b"]"))))
     except orjson.JSONDecodeError:
         return sys.maxsize
+
+
+def _with_body(record: Record, body: bytes) -> Record:
+    """``record`` assembled: ``body``, and the summary sized to it (as stored, most often)."""
+    s = record.summary
+    if s.size != len(body):
+        s = s.revised(owner=s.owner, revision=s.revision, size=len(body))
+    return Record(s, body)
 
 
 def _piece_summary(piece_key: str, key: str, size: int) -> Summary:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import threading
-from dataclasses import replace
 from typing import Any
 
 from ..errors import InvalidArgumentError
@@ -57,7 +56,7 @@ class MemoryBackend(Closable):
                 create_only=create_only,
                 revision=self._next(current),
             )
-            self._store(current, replace(record, summary=summary))
+            self._store(current, Record(summary, record.body))
             return summary
 
     def _next(self, current: Summary | None) -> int:

@@ -44,7 +44,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 from redis.commands.core import Script
@@ -319,7 +318,7 @@ class RedisBackend(Closable):
         status = reply[0].decode()
         if status == "ok":
             owner = None if reply[2] is None else reply[2].decode()
-            return replace(s, owner=owner, revision=int(reply[1]), size=size)
+            return s.revised(owner=owner, revision=int(reply[1]), size=size)
         if status == "owner":
             resolve_owner(s.key, reply[1].decode(), s.owner)  # raises: the stored one refused
         found = None if reply[1] is None else int(reply[1])
