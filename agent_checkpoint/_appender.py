@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ._codec import GAP, Digest, count_messages, digest_of, encode_parts, join_parts
 from ._model import Message, RunCheckpoint
@@ -24,8 +24,8 @@ from .backends._base import Summary
 __all__ = ["Appender", "Encoded", "Tail"]
 
 
-@dataclass(frozen=True, slots=True)
-class Tail:
+# Immutable values made on every put, as named tuples: a third of a frozen dataclass's cost.
+class Tail(NamedTuple):
     """What the Store last wrote under a key: enough to prove and encode an extension."""
 
     revision: int
@@ -35,8 +35,7 @@ class Tail:
     message_count: int
 
 
-@dataclass(frozen=True, slots=True)
-class Encoded:
+class Encoded(NamedTuple):
     """One put, encoded: the split, its digest fields, and the tail it leaves if it lands."""
 
     split: Split
