@@ -211,6 +211,10 @@ def read_envelope(value: Any, session_id: str | None = None) -> RunCheckpoint:
     """The conversation in a ``conversation-v1`` envelope, validated by the door."""
     if read_format(value, session_id) == PAUSED_RUN:
         raise _paused_is_not_a_conversation()
+    return _conversation_in(value)
+
+
+def _conversation_in(value: Mapping[str, Any]) -> RunCheckpoint:
     return RunCheckpoint.from_json(validate_checkpoint(value.get("data")))
 
 
@@ -257,6 +261,10 @@ def read_paused_run(value: Any, session_id: str | None = None) -> PausedRun:
             "[hosting] this envelope holds a conversation ('conversation-v1'), not a paused run. "
             "Read it with readEnvelope(envelope). Nothing is waiting on a decision here."
         )
+    return _paused_in(value)
+
+
+def _paused_in(value: Mapping[str, Any]) -> PausedRun:
     data = validate_paused_run(value.get("data"))
     return PausedRun(
         checkpoint=data["checkpoint"],
@@ -279,8 +287,8 @@ def validate_envelope(value: Any, session_id: str | None = None) -> Format:
 def check_envelope(value: Any, session_id: str | None = None) -> Envelope:
     """Validate an envelope of either format (``checkEnvelope``): stores call it both ways."""
     if read_format(value, session_id) == CONVERSATION:
-        return Envelope(CONVERSATION, read_envelope(value, session_id), _saved_at(value))
-    return Envelope(PAUSED_RUN, read_paused_run(value, session_id), _saved_at(value))
+        return Envelope(CONVERSATION, _conversation_in(value), _saved_at(value))
+    return Envelope(PAUSED_RUN, _paused_in(value), _saved_at(value))
 
 
 def envelope_owner(value: Any) -> str | None:

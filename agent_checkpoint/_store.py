@@ -149,6 +149,13 @@ class Store:
         create_only: bool = False,
     ) -> Summary:
         """Store a checkpoint (or envelope, or its JSON) and return the stored summary."""
+        if (
+            isinstance(item, RunCheckpoint)
+            and self._writer.appending is not None
+            and not self._codec.sealer.active
+        ):  # most puts: no envelope built, only its time
+            key = check_key(item.default_key if key is None else key)
+            return self._writer.put_appending(item, key, self._clock(), if_revision, create_only)
         envelope = self.envelope_for(item)
         if key is None:
             key = (
@@ -157,15 +164,6 @@ class Store:
                 else default_key(envelope)
             )
         check_key(key)
-        if (
-            isinstance(item, RunCheckpoint)
-            and self._writer.appending is not None
-            and not self._codec.sealer.active
-        ):
-            assert isinstance(envelope, Envelope)
-            return self._writer.put_appending(
-                item, key, envelope.saved_at, if_revision, create_only
-            )
         body, digest = self._codec.encode(envelope, key)
         return self._write(
             Record(summary_for(key, digest, len(body)), body), if_revision, create_only

@@ -328,15 +328,16 @@ class Struct:
 
     def to_json(self) -> dict[str, Json]:
         """The JSON object, keys in read order, then the remaining ones in the runtime's order."""
-        return self._json(self.__getattribute__)
+        return self._json(NO_EXTRA)
 
-    def _json(self, stored: Callable[[str], Any]) -> dict[str, Json]:
-        """``to_json`` with ``stored(attr)`` giving the value to write for each attribute."""
+    def _json(self, held: JsonObject) -> dict[str, Json]:
+        """``to_json`` with the value of each attribute named in ``held`` taken from it instead
+        (a mapping, not a function called per attribute: most puts encode a checkpoint)."""
         out: dict[str, Json] = {}
         extra = self.extra
         if not self.key_order and not extra:  # built in code: the runtime's order
             for name, attr, encode in self._ENCODE:
-                value = stored(attr)
+                value = held[attr] if attr in held else getattr(self, attr)
                 if value is not None:
                     out[name] = value if encode is None else encode(value)
             return out
@@ -344,7 +345,8 @@ class Struct:
         for name in self.key_order or ():
             field = by_key.get(name)
             if field is not None:
-                value = stored(field.attr)
+                attr = field.attr
+                value = held[attr] if attr in held else getattr(self, attr)
                 if value is not None:
                     encode = field.codec.encode
                     out[name] = value if encode is None else encode(value)
@@ -353,7 +355,7 @@ class Struct:
                 out[name] = extra[name]
         for name, attr, encode in self._ENCODE:
             if name not in out:
-                value = stored(attr)
+                value = held[attr] if attr in held else getattr(self, attr)
                 if value is not None:
                     out[name] = value if encode is None else encode(value)
         for name, value in extra.items():

@@ -6,6 +6,7 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Literal
 
 from ._history import TYPED
@@ -173,6 +174,8 @@ def _listed(value: tuple[JsonObject, ...]) -> Json:
     return list(value)
 
 
+_NO_HISTORY: JsonObject = MappingProxyType({"history": ()})
+
 _run_counter = itertools.count(1)
 
 
@@ -275,14 +278,13 @@ class RunCheckpoint(Struct):
         )
 
     def to_json(self) -> dict[str, Json]:
-        state = self.__dict__
         # The history as held (its JSON while unread), not the typed attribute.
-        return self._json(lambda attr: state[attr] if attr == "history" else getattr(self, attr))
+        return self._json({"history": self.__dict__["history"]})
 
     def _head_json(self) -> dict[str, Json]:
         """``to_json`` with an empty history, the rest as it is: what an append writes beside
         the new messages (without copying the checkpoint, as ``evolve(history=())`` would)."""
-        return self._json(lambda attr: () if attr == "history" else getattr(self, attr))
+        return self._json(_NO_HISTORY)
 
     @property
     def default_key(self) -> str:
