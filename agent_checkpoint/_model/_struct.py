@@ -134,7 +134,20 @@ def _reader(cls: type, order: tuple[str, ...], fields: list[Field]) -> Reader:
     field through ``object.__setattr__``, which would cost most of a read)."""
     attrs = tuple(f.attr for f in fields)
     decoded = tuple((f.attr, f.codec.decode) for f in fields if f.codec is not TEXT)
-    if not decoded:  # strings only (most messages): one C-level pass checks their types
+    if not decoded and len(attrs) == 2:  # {role, content}: most messages, read most directly
+        first, second = attrs
+
+        def read_pair(data: JsonObject) -> Any:
+            one, two = data.values()
+            if type(one) is not str or type(two) is not str:
+                return None
+            instance: Any = _new(cls)
+            state = {first: one, second: two, "extra": NO_EXTRA, "key_order": order}
+            _set_state(instance, "__dict__", state)
+            return instance
+
+        return read_pair
+    if not decoded:  # strings only (most other messages): one C-level pass checks their types
         strings = (str,) * len(fields)
 
         def read_strings(data: JsonObject) -> Any:
