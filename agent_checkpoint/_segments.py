@@ -268,8 +268,7 @@ class Segmented(Closable):
             raise
         new = Layout.unpack(record.body)  # bytes that are a layout keep the pieces they name
         self._remember(record.key, summary.revision, new)
-        kept = {piece for piece, _ in new.pieces} if new else set()
-        self._drop_pieces(record.key, [p for p in (old.pieces if old else ()) if p[0] not in kept])
+        self._drop_replaced(record.key, old, new)
         return summary
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
@@ -377,8 +376,7 @@ class Segmented(Closable):
                 self._contents.pop(f"{key}#{written}")
             raise
         self._remember(key, summary.revision, layout)
-        kept = {piece for piece, _ in layout.pieces}
-        self._drop_pieces(key, [p for p in (old.pieces if old else ()) if p[0] not in kept])
+        self._drop_replaced(key, old, layout)
         return summary
 
     def _spill(self, key: str, layout: Layout) -> tuple[Layout, str]:
@@ -436,11 +434,20 @@ class Segmented(Closable):
     def _keep_pieces(self, key: str, layout: Layout, written: str | None) -> None:
         """Before a commit: a fresh expiry for the pieces ``layout`` keeps (where pieces
         expire, ``Expiring``); the one just ``written`` has its own."""
+        if not layout.pieces:  # most writes
+            return
         kept = [f"{key}#{piece}" for piece, _ in layout.pieces if piece != written]
         if kept:
             self._pieces_backend()  # opened once: learns whether its records expire
             if self._keeper is not None:
                 self._keeper.keep(kept)
+
+    def _drop_replaced(self, key: str, old: Layout | None, new: Layout | None) -> None:
+        """After a commit of ``new`` over ``old``: drop the pieces ``new`` no longer keeps."""
+        if old is None or not old.pieces:  # most writes: none to drop
+            return
+        kept = {piece for piece, _ in new.pieces} if new else set()
+        self._drop_pieces(key, [p for p in old.pieces if p[0] not in kept])
 
     def _drop_pieces(self, key: str, pieces: Iterable[tuple[str, int]]) -> None:
         """Drop pieces no record refers to any longer; one that stays (a fault) is an orphan
