@@ -21,6 +21,25 @@ class ToolCall(Struct):
     extra: JsonObject = field(default_factory=dict, repr=False)
     key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
 
+    def to_json(self) -> dict[str, Json]:
+        if self.extra or (self.key_order is not None and self.key_order not in _CALL_ORDERS):
+            return super().to_json()
+        # As ``Message.to_json``: no unknown keys, the runtime's order, no generic loop.
+        out: dict[str, Json] = {}
+        if self.id is not None:
+            out["id"] = self.id
+        if self.name is not None:
+            out["name"] = self.name
+        if self.args is not None:
+            out["args"] = self.args
+        if self.provider_meta is not None:
+            out["providerMeta"] = self.provider_meta
+        return out
+
+
+_CALL_ORDERS = frozenset((("id", "name", "args"), ("id", "name", "args", "providerMeta")))
+"""The key orders ``ToolCall.to_json`` writes without the generic loop (when read so)."""
+
 
 @dataclass(frozen=True)
 class ThinkingBlock(Struct):
