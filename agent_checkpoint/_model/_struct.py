@@ -83,8 +83,12 @@ _ATOMS = frozenset((str, int, float, bool, type(None)))
 def copied(value: Json) -> Json:
     """A copy of a JSON value's dicts and lists that shares its other (immutable) values."""
     if isinstance(value, dict):
+        if _ATOMS.issuperset(map(type, value.values())):  # flat (most tool arguments): in C
+            return dict(value)
         return {k: v if type(v) in _ATOMS else copied(v) for k, v in value.items()}
     if isinstance(value, list):
+        if _ATOMS.issuperset(map(type, value)):
+            return list(value)
         return [v if type(v) in _ATOMS else copied(v) for v in value]
     return value
 
