@@ -32,14 +32,16 @@ CHECKPOINT_VERSION = 1
 Phase = Literal["iteration", "tool", "llm", "unknown"]
 
 
-@dataclass(frozen=True, slots=True)
+# The parts every read of a checkpoint builds are not slotted, as messages are not:
+# ``Struct.from_json`` then fills an instance's __dict__ in one step, not field by field.
+@dataclass(frozen=True)
 class OriginalInput(Struct):
     message: str = field(metadata=key("message"))
     extra: JsonObject = field(default_factory=dict, repr=False)
     key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class FailurePoint(Struct):
     """Where a run failed (spec §2.7). ``stage`` is ``'call-llm'`` or a declared tool name."""
 
@@ -69,7 +71,7 @@ class FoldedSpan(Struct):
     key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Identity(Struct):
     """``MemoryIdentity``: who a conversation belongs to. ``principal`` is the store's owner."""
 
@@ -82,7 +84,7 @@ class Identity(Struct):
     RUNTIME_ORDER = ("tenant", "principal", "conversationId")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class AgentRef(Struct):
     id: str = field(metadata=key("id"))
     extra: JsonObject = field(default_factory=dict, repr=False)
