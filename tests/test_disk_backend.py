@@ -159,7 +159,8 @@ def _as_version_04(
     record_file = root / "records" / file_name(key)
     header = record_file.read_bytes().partition(b"\n")[0]
     doc = orjson.loads(body)
-    head, contents = encode_parts(doc, doc["data"]["history"])  # a conversation-v1 envelope
+    head, view = encode_parts(doc, doc["data"]["history"])  # a conversation-v1 envelope
+    contents = bytes(view)
     assert join_parts(head, contents) == body
     fields = orjson.loads(header)
     fields.pop("frame", None)  # version 0.4 wrote no frames
