@@ -13,6 +13,7 @@ from typing import Any
 
 import botocore.exceptions
 import pytest
+from botocore.utils import parse_timestamp
 from support.fault_load import (
     WriterLoop,
     assert_nothing_acknowledged_was_lost,
@@ -34,6 +35,7 @@ from agent_checkpoint._maintenance import verify_store
 from agent_checkpoint._segments import Segmented
 from agent_checkpoint._store import RetryPolicy
 from agent_checkpoint.backends._s3 import S3Backend
+from agent_checkpoint.backends._s3_bucket import timestamp
 from agent_checkpoint.errors import (
     BackendError,
     BackendUnavailableError,
@@ -108,6 +110,25 @@ def test_url_names_endpoint_and_region_and_credentials_come_from_the_environment
         got = store.get("k")
         assert got is not None and got.run_id == "from-url"
     client.list_buckets()  # the injected client outlived the store that borrowed it
+
+
+def test_the_stores_own_client_reads_s3s_timestamps_as_botocore_does(
+    s3_server: S3Server, client: Any, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the client a URL opens parses timestamps with the standard library (dateutil took half
+    # of a LIST's CPU); what it reads must be botocore's value: orphan collection compares it
+    for text in ("2026-12-03T07:42:16.000Z", "Thu, 03 Dec 2026 07:42:16 GMT", "1764747736"):
+        assert timestamp(text) == parse_timestamp(text) and timestamp(text).tzinfo is not None
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    url = f"s3://{BUCKET}/{prefix}?endpoint_url={s3_server.endpoint_url}&region={REGION}"
+    with open_store(url) as store:
+        store.put(checkpoint("dated"), key="k")
+        backend = store.backend
+        assert isinstance(backend, S3Backend)
+        ours, _ = backend._bucket.list_all(prefix + "/", "test")
+    theirs = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix + "/")["Contents"]
+    assert ours and sorted(ours) == sorted((o["Key"], o["LastModified"]) for o in theirs)
 
 
 def test_a_missing_bucket_is_a_clear_error_naming_it(client: Any) -> None:

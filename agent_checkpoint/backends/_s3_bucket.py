@@ -15,9 +15,11 @@ from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
 import boto3
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError
 from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.utils import parse_timestamp
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
@@ -67,8 +69,24 @@ def _not_yet_visible(exc: BaseException) -> bool:
     return isinstance(exc, ClientError) and error_code(exc) == "NoSuchBucket"
 
 
+def timestamp(value: Any) -> datetime:
+    """A timestamp of an S3 reply (ISO 8601 in a listing, RFC 1123 in a header) as botocore's
+    own parser gives it, by the standard library's parsers: botocore's (dateutil) took half
+    the client's CPU for a 108-key LIST (9-10 ms of it against 4-5), one parse per key."""
+    if isinstance(value, str):
+        with suppress(ValueError):
+            iso = datetime.fromisoformat(value[:-1] + "+00:00" if value[-1:] == "Z" else value)
+            if iso.tzinfo is not None:
+                return iso
+        with suppress(TypeError, ValueError):
+            return parsedate_to_datetime(value)
+    parsed: datetime = parse_timestamp(value)  # anything else (epoch seconds...): botocore's
+    return parsed
+
+
 def connect(endpoint_url: str | None, region: str | None, profile: str | None) -> Any:
-    """A new boto3 client, for ``S3Backend.from_url`` to own."""
+    """A new boto3 client, for ``S3Backend.from_url`` to own (a client passed in keeps its
+    own settings)."""
     config = Config(
         # the Store's retry policy governs; botocore's own retries would hide faults
         retries={"mode": "standard", "total_max_attempts": 1},
@@ -78,7 +96,11 @@ def connect(endpoint_url: str | None, region: str | None, profile: str | None) -
         s3={"addressing_style": "path"} if endpoint_url else None,
     )
     with translate_errors(NAME, "open", transient=TRANSIENT, fatal=(BotoCoreError,)):
-        session = boto3.session.Session(profile_name=profile)
+        core = botocore.session.get_session()
+        core.get_component("response_parser_factory").set_parser_defaults(
+            timestamp_parser=timestamp
+        )
+        session = boto3.session.Session(botocore_session=core, profile_name=profile)
         return session.client("s3", endpoint_url=endpoint_url, region_name=region, config=config)
 
 
