@@ -421,12 +421,13 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         page = min(max(limit + limit // 4, 10), 1000)  # a few more: forks, pending writes
         heads = store.iter_summaries(owner=self.owner, page_size=page)
         for group in _by_time(heads):
-            # one millisecond's heads newest first by their latest checkpoint's id
-            for summary in sorted(group, key=lambda s: s.run_id, reverse=True):
+            if len(group) > 1:  # one millisecond's heads newest first by their latest checkpoint
+                group.sort(key=_run_id, reverse=True)
+            for summary in group:
                 parts = summary.key.split("/")
-                if len(parts) != 5 or parts[2] != ROOT_NS or parts[3] != "m":
+                if len(parts) != 5 or parts[3] != "m" or parts[2] != ROOT_NS:
                     continue
-                thread_id = unescape(parts[1])
+                thread_id = unescape(parts[1]) if "%" in parts[1] else parts[1]
                 if thread_id not in found and summary.run_id:  # the thread's newest head
                     found[thread_id] = Thread(
                         thread_id, summary.run_id, summary.saved_at, summary.message_count
@@ -1284,6 +1285,10 @@ def _writes_at(store: Store, tag: str, key: str, saved_at: int) -> list[Summary]
 
 def _matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     return all(metadata.get(k) == v for k, v in wanted.items())
+
+
+def _run_id(summary: Summary) -> str:
+    return summary.run_id
 
 
 def _by_time(summaries: Iterator[Summary]) -> Iterator[list[Summary]]:
