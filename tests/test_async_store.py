@@ -20,6 +20,7 @@ from agent_checkpoint.testing import (
     ClaimsConformance,
     EncryptionConformance,
     StoreConformance,
+    checkpoint,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::agent_checkpoint.backends.VolatileRedisWarning")
@@ -86,3 +87,37 @@ def refusing_postgres(store: Any, backend: Any) -> Iterator[None]:
             yield
         finally:
             pool.conninfo, pool.timeout = conninfo, timeout
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first-command", "later-command"])
+def test_a_redis_connection_dropped_under_a_command_is_retried_not_leaked(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: bool
+) -> None:
+    """redis-py's asyncio client can drop a connection (after another one failed) just as a
+    command takes it, and the command then writes to a closed socket: an ``AttributeError``
+    inside redis-py (seen with its cluster client and concurrent writers, also on a store's
+    first command, the durability check). Nothing was sent: the store retries it as the lost
+    connection it is, and never hands the caller an ``AttributeError``."""
+    from redis.asyncio.connection import Connection
+
+    sent = Connection._send_packed_command
+    dropped: list[int] = []
+
+    async def drop_once(self: Connection, command: Any) -> None:
+        if not dropped:
+            dropped.append(1)
+            self._writer = None  # as a concurrent disconnect leaves it
+        await sent(self, command)
+
+    with (
+        store_url("redis", request, tmp_path) as (url, options),
+        BlockingStore(open_async_store(url, **options)) as store,
+    ):
+        if not first:
+            store.put(checkpoint("before"), key="before")
+        monkeypatch.setattr(Connection, "_send_packed_command", drop_once)
+        store.put(checkpoint("through a dropped connection"), key="k")
+        monkeypatch.undo()
+        got = store.get("k")
+    assert dropped == [1]
+    assert got is not None and got.run_id == "through a dropped connection"

@@ -41,12 +41,14 @@ connection, by ``WAIT N wait_timeout``: it returns once N replicas confirmed it,
 
 from __future__ import annotations
 
+import traceback
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from redis.commands.core import Script
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
 from .._codec import join_parts
@@ -466,13 +468,17 @@ class RedisBackend(Closable):
 
     @contextmanager
     def _errors(self, operation: str) -> Iterator[None]:
-        self._durability()
         with translate_errors(self.name, operation, transient=TRANSIENT, fatal=FATAL):
             try:
+                self._durability()  # a store's first command: redis-py's races can meet it too
                 yield
             except TRANSIENT:
                 refresh_topology(self._client)  # on a cluster, a failover may have moved the slot
                 raise
+            except AttributeError as exc:
+                if not _connection_dropped(exc):
+                    raise
+                raise RedisConnectionError(f"connection closed under the command ({exc})") from exc
 
     def _choose_index(self, query: Query) -> str:
         """The most selective index for the query's filters (ZCARD decides between several)."""
@@ -492,6 +498,17 @@ class RedisBackend(Closable):
         position, column, wanted = page_filter(self._base, index)
         reply = self._page([index], [self._base, low, high, count, position, column, wanted])
         return reply[0], int(reply[1]), reply[2:]
+
+
+def _connection_dropped(exc: AttributeError) -> bool:
+    """Whether ``exc`` is redis-py's asyncio connection writing to a socket it has just dropped.
+    Seen with redis-py 8.1's cluster client and concurrent commands: after a node's connection
+    fails, redis-py disconnects the node's free connections, and a command that took one of
+    them meanwhile writes to ``None``. Nothing was sent, so it is a lost connection like any
+    other, which the Store retries."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = frames[-1].filename.replace("\\", "/") if frames else ""
+    return "NoneType" in str(exc) and where.endswith("redis/asyncio/connection.py")
 
 
 def _apart(row: list[Any]) -> bool:
