@@ -137,9 +137,10 @@ async def off_loop(fn: Callable[[], T]) -> T:
 class Bridge:
     """Runs the store's code in a greenlet on the running loop (see the module docstring; a
     worker greenlet serves one call after another), ``limit`` calls at a time: as many as the
-    backend has connections. A call past them waits here, before its own work (encoding a checkpoint, planning a write) takes the loop: a
-    thousand tasks that put at once then never fill one turn of the loop with a thousand
-    encodings while all but ``limit`` of them would only wait for a connection."""
+    backend has connections. A call past them waits here, before its own work (encoding a
+    checkpoint, planning a write) takes the loop: a thousand tasks that put at once then never
+    fill one turn of the loop with a thousand encodings while all but ``limit`` of them would
+    only wait for a connection."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
