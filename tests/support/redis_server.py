@@ -29,11 +29,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class _PortTaken(RuntimeError):
+    """redis-server could not bind a port: another process took it after ``free_port``."""
+
+
 class RedisServer:
     def __init__(
         self, *, appendonly: bool = True, port: int | None = None, cluster: bool = False
     ) -> None:
         self.port = port or free_port()
+        self._fixed_port = port is not None
         self.dir = Path(tempfile.mkdtemp(prefix="ac-redis-"))
         self.appendonly = appendonly
         self.cluster = cluster
@@ -48,6 +53,19 @@ class RedisServer:
         return os.path.exists(REDIS_SERVER)
 
     def start(self, timeout: float = 10.0) -> None:
+        """Start the server; a port another process took between ``free_port`` and the
+        server's bind (its own, unless the caller fixed it, or the cluster bus port) is
+        picked again, twice at most."""
+        for attempt in range(3):
+            try:
+                return self._start(timeout)
+            except _PortTaken:
+                if attempt == 2:
+                    raise
+                if not self._fixed_port:
+                    self.port = free_port()
+
+    def _start(self, timeout: float) -> None:
         args = [
             REDIS_SERVER,
             "--port", str(self.port),
@@ -71,7 +89,11 @@ class RedisServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self._proc.returncode}")
+                log = self.dir / "redis.log"
+                said = log.read_text(errors="replace")[-600:] if log.exists() else ""
+                if "Address already in use" in said:
+                    raise _PortTaken(said)
+                raise RuntimeError(f"redis-server exited with {self._proc.returncode}: {said}")
             if _answers_ping(self.port):
                 return
             time.sleep(0.02)
