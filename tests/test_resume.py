@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_checkpoint import ConversationMismatchError, InvalidCheckpointError, open_store
+from agent_checkpoint import Claim, ConversationMismatchError, InvalidCheckpointError, open_store
 from agent_checkpoint._model import (
     AgentRef,
     EvidenceRecovery,
@@ -17,11 +17,13 @@ from agent_checkpoint._model import (
 )
 from agent_checkpoint.errors import UnsafeStageError
 from agent_checkpoint.resume import (
+    ResumeSeed,
     RunCheckpointError,
     can_resume,
     classify_error,
     continue_from,
     failure_point,
+    resume_failed_runs,
     resume_on_error,
 )
 
@@ -135,6 +137,28 @@ def test_resume_from_a_stored_checkpoint(tmp_path: object) -> None:
     stored = store.get("conv-9")
     assert stored is not None
     assert resume_on_error(stored).history == HISTORY
+
+
+def test_a_worker_leaves_alone_a_run_another_worker_resumed_after_it_was_listed() -> None:
+    """Workers list the same failed runs: one resumed meanwhile by another is skipped without
+    a claim, whose fencing would rewrite it (its revision moves) for nothing."""
+    store = open_store("memory://")
+    for key in ("a", "b", "c"):
+        store.put(crash_checkpoint(), key=key)
+    after: dict[str, int] = {}
+
+    def handler(seed: ResumeSeed, claim: Claim) -> None:
+        for key in ("a", "b", "c"):  # another worker resumes the two runs still listed
+            if key != claim.key:
+                after[key] = store.put(crash_checkpoint(failure_point=None), key=key).revision
+        return None
+
+    report = resume_failed_runs(store, handler, worker="w1")
+    assert len(report.resumed) == 1 and report.skipped == 2 and report.failed == []
+    for key, revision in after.items():
+        summary = store.head(key)
+        assert summary is not None and summary.revision == revision, key
+    assert store.list(failed=True).items == []
 
 
 # -- failure capture ------------------------------------------------------------------------

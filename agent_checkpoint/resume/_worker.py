@@ -4,6 +4,11 @@ Several workers (threads, processes, machines) can run it against one store: a r
 before it is touched, re-read after the claim (another worker may have resumed it meanwhile),
 and the result is written through the claim, so a worker that lost its lease cannot overwrite
 the newer state. A handler that raises leaves the run as it was, and the claim is released.
+
+Workers list the same runs in the same order, so most of what one lists is resumed by another
+before it gets there. Each listed run's head is read first (one read) and a run that is no
+longer failed is skipped without claiming it: a claim is a conditional write, a read and a
+release. The re-read after the claim stays the check that decides.
 """
 
 from __future__ import annotations
@@ -50,6 +55,10 @@ def resume_failed_runs(
     ):
         if limit is not None and len(report.resumed) >= limit:
             break
+        now = store.head(summary.key)
+        if now is None or now.failure_phase is None:
+            report.skipped += 1  # resumed (or deleted) by another worker since it was listed
+            continue
         try:
             claim = store.claim(summary.key, worker, ttl=ttl)
         except (ClaimedError, NotFoundError):
