@@ -412,6 +412,34 @@ def test_a_first_put_and_the_writers_later_puts_and_delete_read_nothing_but_the_
     assert store.head("k") is None and store.get("c") == base
 
 
+def test_a_read_then_a_write_on_the_revision_read_reads_once(client: Any, prefix: str) -> None:
+    """Optimistic concurrency from another process (a store that never wrote the key): the
+    get remembers the record's header and ETag, so the put on the revision it read, and a
+    claim's rewrite of the run it just read, need no read of their own."""
+    base = checkpoint("read-write")
+    Store(S3Backend(client, BUCKET, prefix)).put(base, key="k")
+    recording = Recording(client)
+    store = Store(S3Backend(recording, BUCKET, prefix))
+    store.put(checkpoint("warm"), key="warm")  # the bucket check, once per backend
+    recording.calls.clear()
+    read = store.get_record("k")
+    assert read is not None and reads(recording) == ["get_object"]
+    recording.calls.clear()
+    again = base.evolve(last_completed_iteration=4)
+    assert store.put(again, key="k", if_revision=read.summary.revision).revision == 2
+    assert reads(recording) == []
+    assert [op for op, *_ in recording.calls if op == "put_object"] == ["put_object"] * 2
+    recording.calls.clear()
+    with store.claim("k", "w1", ttl=60) as claim:  # the lease's GET, the run's GET: no more
+        got = [key for op, key, *_ in recording.calls if op == "get_object"]
+        name = key_name("k")
+        assert got == [f"{prefix}/_leases/records/{name}", f"{prefix}/records/{name}"]
+        assert claim.get() == again
+    with pytest.raises(ConflictError):  # what it remembers may be stale: the stored decides
+        store.put(base, key="k", if_revision=2)
+    assert Store(S3Backend(client, BUCKET, prefix)).get("k") == again
+
+
 def test_writes_over_a_key_changed_by_another_writer_never_lose_its_update(
     client: Any, prefix: str
 ) -> None:

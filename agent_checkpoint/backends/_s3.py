@@ -5,14 +5,14 @@ between processes. A save writes its new index entry, then PUTs the record with
 ``If-None-Match: *`` (new key) or ``If-Match: <etag>`` (the commit point), then hands the
 previous entry (and any segment object of an earlier version) to a background thread to delete
 (``flush`` waits for it, and so do ``close`` and ``verify``). No read comes first when the
-backend remembers the key's last write (its header and ETag), nor for a key it does not know,
-which it writes as new; a lost condition (412, or 404 where AWS answers that for a key deleted
-meanwhile) reads the header and plans again, and only a refusal planned on what was read is
-raised, so it is the right one (revision, owner, create-only). The header's write token makes
-every write's ETag unique, so ``If-Match`` compares writes, not contents. The header is
-mirrored into object metadata (when it fits AWS's 2 KB), so ``head`` is one HEAD request, and
-listing a page is one LIST plus a HEAD per entry, in parallel, to keep only entries whose
-record still carries their token.
+backend remembers the key's last write or ``load`` (its header and ETag), nor for a key it
+does not know, which it writes as new; a lost condition (412, or 404 where AWS answers that
+for a key deleted meanwhile) reads the header and plans again, and only a refusal planned on
+what was read is raised, so it is the right one (revision, owner, create-only). The header's
+write token makes every write's ETag unique, so ``If-Match`` compares writes, not contents.
+The header is mirrored into object metadata (when it fits AWS's 2 KB), so ``head`` is one
+HEAD request, and listing a page is one LIST plus a HEAD per entry, in parallel, to keep only
+entries whose record still carries their token.
 
 Growing histories are the store's segment layer's (``_segments.py``): its pieces are records
 in the ``segments`` namespace, and ``load_many`` reads a record's pieces in one parallel wave
@@ -129,7 +129,7 @@ class S3Backend:
 
     def load(self, key: str) -> Record | None:
         self._check("load")
-        return self._records.load(key_name(key), "load")
+        return self._records.load(key_name(key), "load", remember=True)
 
     def head(self, key: str) -> Summary | None:
         self._check("head")

@@ -1,7 +1,7 @@
 """The record objects of an S3 store, for ``S3Backend``: a record read whole (with the segment
 objects of one an earlier version stored in them), a record's header and ETag (from its
-metadata or its first bytes), and the header and ETag of the last write of each key,
-remembered so that the next write over it needs no read.
+metadata or its first bytes), and the header and ETag of the last write (or single-key
+load) of each key, remembered so that the next write over it needs no read.
 """
 
 from __future__ import annotations
@@ -55,7 +55,10 @@ class Records:
         self._remembered: OrderedDict[str, Known] = OrderedDict()
         self._lock = threading.Lock()
 
-    def load(self, name: str, operation: str) -> Record | None:
+    def load(self, name: str, operation: str, *, remember: bool = False) -> Record | None:
+        """The record read whole; with ``remember``, its header and ETag are remembered as a
+        write's are, so that a conditional write of it next (read, then write on the revision
+        read) needs no read of its own."""
         path = self.layout.record_path(name)
         for _ in range(READS):
             got = self.bucket.get(path, operation)
@@ -63,6 +66,8 @@ class Records:
                 return None
             fields, record, paths = self.layout.read(got[0], path, name, operation)
             if record is None or paths is None:
+                if remember:
+                    self.remember(name, Known(fields, got[1]))
                 return record
             parts = self.bucket.map(lambda p: self.bucket.get(p, operation), paths, nested=True)
             if all(part is not None for part in parts):
