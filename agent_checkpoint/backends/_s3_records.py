@@ -65,9 +65,9 @@ class Records:
             if got is None:
                 return None
             fields, record, paths = self.layout.read(got[0], path, name, operation)
+            if remember:
+                self.remember(name, Known(fields, got[1]))
             if record is None or paths is None:
-                if remember:
-                    self.remember(name, Known(fields, got[1]))
                 return record
             parts = self.bucket.map(lambda p: self.bucket.get(p, operation), paths, nested=True)
             if all(part is not None for part in parts):

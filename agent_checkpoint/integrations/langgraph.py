@@ -47,6 +47,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
+from operator import attrgetter
 from typing import Any, cast
 
 import orjson
@@ -422,7 +423,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         heads = store.iter_summaries(owner=self.owner, page_size=page)
         for group in _by_time(heads):
             if len(group) > 1:  # one millisecond's heads newest first by their latest checkpoint
-                group.sort(key=_run_id, reverse=True)
+                group.sort(key=attrgetter("run_id"), reverse=True)
             for summary in group:
                 parts = summary.key.split("/")
                 if len(parts) != 5 or parts[3] != "m" or parts[2] != ROOT_NS:
@@ -1285,10 +1286,6 @@ def _writes_at(store: Store, tag: str, key: str, saved_at: int) -> list[Summary]
 
 def _matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     return all(metadata.get(k) == v for k, v in wanted.items())
-
-
-def _run_id(summary: Summary) -> str:
-    return summary.run_id
 
 
 def _by_time(summaries: Iterator[Summary]) -> Iterator[list[Summary]]:

@@ -55,8 +55,8 @@ def resume_failed_runs(
     ):
         if limit is not None and len(report.resumed) >= limit:
             break
-        now = store.head(summary.key)
-        if now is None or now.failure_phase is None:
+        current = store.head(summary.key)
+        if current is None or current.failure_phase is None:
             report.skipped += 1  # resumed (or deleted) by another worker since it was listed
             continue
         try:
