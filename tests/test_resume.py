@@ -151,7 +151,6 @@ def test_a_worker_leaves_alone_a_run_another_worker_resumed_after_it_was_listed(
         for key in ("a", "b", "c"):  # another worker resumes the two runs still listed
             if key != claim.key:
                 after[key] = store.put(crash_checkpoint(failure_point=None), key=key).revision
-        return None
 
     report = resume_failed_runs(store, handler, worker="w1")
     assert len(report.resumed) == 1 and report.skipped == 2 and report.failed == []

@@ -435,9 +435,19 @@ def test_a_read_then_a_write_on_the_revision_read_reads_once(client: Any, prefix
         name = key_name("k")
         assert got == [f"{prefix}/_leases/records/{name}", f"{prefix}/records/{name}"]
         assert claim.get() == again
-    with pytest.raises(ConflictError):  # what it remembers may be stale: the stored decides
-        store.put(base, key="k", if_revision=2)
-    assert Store(S3Backend(client, BUCKET, prefix)).get("k") == again
+    # What a read remembers may be stale: another writer's update is never lost to it.
+    stale = store.get_record("k")
+    assert stale is not None
+    theirs = base.evolve(last_completed_iteration=9)
+    other = Store(S3Backend(client, BUCKET, prefix))
+    assert other.put(theirs, key="k").revision == stale.summary.revision + 1
+    with pytest.raises(ConflictError):
+        store.put(again, key="k", if_revision=stale.summary.revision)
+    assert other.get("k") == theirs
+    with pytest.raises(ConflictError):
+        store.delete("k", if_revision=stale.summary.revision)
+    assert store.put(again, key="k").revision == stale.summary.revision + 2
+    assert other.get("k") == again
 
 
 def test_writes_over_a_key_changed_by_another_writer_never_lose_its_update(
