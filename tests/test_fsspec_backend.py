@@ -219,6 +219,25 @@ def test_entries_left_by_a_crash_are_skipped_and_repair_rebuilds_the_index(root:
         assert [s.key for s in store.list(owner="p1")] == [k for k in expected if int(k[1:]) % 2]
 
 
+def test_a_claim_rewrites_the_run_under_the_same_index_entry(root: str) -> None:
+    """A claim's fence rewrites the run unchanged: the index entry stays as it is (the same
+    object, not deleted and written again), and the run lists once at its new revision."""
+    with open_store(f"fsspec+memory://{root}") as store:
+        base = checkpoint("fence")
+        store.put(base, key="k")
+        index = f"{root}/index"
+        [entry] = MEMORY.ls(index, detail=False)
+        stored = MEMORY.store[entry]
+        with store.claim("k", "w1", ttl=60) as claim:
+            assert MEMORY.ls(index, detail=False) == [entry] and MEMORY.store[entry] is stored
+            assert [(s.key, s.revision) for s in store.list()] == [("k", 2)] == [("k", claim.fence)]
+            claim.put(base.evolve(last_completed_iteration=3))
+        assert MEMORY.ls(index, detail=False) != [entry]  # a put of new state moves it
+        backend: FsspecBackend = store.backend  # type: ignore[assignment]
+        assert backend.verify() == {"records": 1, "missing": 0, "stale": 0}
+        assert store.get("k") == base.evolve(last_completed_iteration=3)
+
+
 class FlakyFilesystem:
     """fsspec's memory filesystem whose reads fail as a network filesystem's would."""
 

@@ -450,6 +450,39 @@ def test_a_read_then_a_write_on_the_revision_read_reads_once(client: Any, prefix
     assert other.get("k") == again
 
 
+def test_a_claim_rewrites_the_run_in_one_put_and_keeps_its_index_entry(
+    client: Any, prefix: str
+) -> None:
+    """A claim's fence rewrites the run unchanged: the record lists under the same index
+    entry, so the rewrite is one PUT of the record (no entry uploaded first, none deleted
+    after). The run still lists once, at its new revision, and a writer holding the revision
+    before the claim is refused."""
+    recording = Recording(client)
+    backend = S3Backend(recording, BUCKET, prefix)
+    store = Store(backend)
+    base = checkpoint("fence")
+    store.put(base, key="k")
+    backend.flush()
+    entries = objects(client, prefix, "index")
+    record = f"{prefix}/records/{key_name('k')}"
+    recording.calls.clear()
+    with store.claim("k", "w1", ttl=60) as claim:
+        backend.flush()
+        run = [(op, key) for op, key, *_ in recording.calls if "/_leases/" not in key]
+        assert run == [("get_object", record), ("put_object", record)]
+        assert objects(client, prefix, "index") == entries
+        listed = store.list()
+        assert [(s.key, s.revision) for s in listed] == [("k", 2)] and claim.fence == 2
+        with pytest.raises(ConflictError):
+            Store(S3Backend(client, BUCKET, prefix)).put(base, key="k", if_revision=1)
+        claim.put(base.evolve(last_completed_iteration=3))
+    backend.flush()
+    assert len(objects(client, prefix, "index")) == 1  # the claim's put moved the entry
+    assert [(s.key, s.revision) for s in store.list()] == [("k", 3)]
+    assert store.get("k") == base.evolve(last_completed_iteration=3)
+    assert backend.verify(grace=0) == {"records": 1, "missing": 0, "stale": 0}
+
+
 def test_writes_over_a_key_changed_by_another_writer_never_lose_its_update(
     client: Any, prefix: str
 ) -> None:

@@ -129,17 +129,20 @@ class FsspecBackend(Closable):
             summary = self._layout.plan(
                 fields, name, record, expect_revision=expect_revision, create_only=create_only
             )
-            token = secrets.token_hex(8)
+            kept = self._layout.kept_token(fields, name, summary)
+            token = kept or secrets.token_hex(8)
             entry = self._layout.entry_path(summary, name, token)
             header = orjson.dumps({"key": record.key, **fields_of(summary, token)}) + b"\n"
             try:
                 with self._translate("save"):
-                    self._pipe({entry: b""})  # the entry first: a record never misses it
+                    if not kept:
+                        self._pipe({entry: b""})  # the entry first: a record never misses it
                     self._pipe({self._records + name: header + record.body})
             except BaseException:
-                self._forget([entry])  # nothing refers to it: the record was not written
+                if not kept:
+                    self._forget([entry])  # nothing refers to it: the record was not written
                 raise
-            self._forget(self._layout.superseded(name, fields))
+            self._forget(self._layout.superseded(name, fields, kept=entry))
             return summary
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:

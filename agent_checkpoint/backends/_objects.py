@@ -22,7 +22,9 @@ first), with the newest ``inl`` bytes of the body (S3) held inline after the hea
 record still loads assembled (``legacy``), and a write or drop over it deletes its segments.
 
 A save writes its new index entry, then the record (the commit point), then deletes the
-previous entry. An entry counts only while its record carries its token, so a crash leaves at
+previous entry. A save that lists under the same entry (the same time, key and tags, as a
+claim's rewrite of a run) keeps the record's token and entry and writes the record alone; its
+header's revision still makes its bytes new. An entry counts only while its record carries its token, so a crash leaves at
 most an entry that listing skips: never a key listed twice, a dropped key or a stale summary,
 and never a committed record missing from the index. ``verify(repair=True)`` (the CLI's
 ``verify --repair``) writes missing entries and deletes stale ones.
@@ -285,13 +287,29 @@ class Layout:
             )
         return fields, body
 
-    def superseded(self, name: str, fields: dict[str, Any] | None) -> list[str]:
+    def kept_token(self, fields: dict[str, Any] | None, name: str, summary: Summary) -> str | None:
+        """The write token of the record with header ``fields`` when a write of ``summary``
+        over it lists under the same index entry (same time, key and tags, as when a claim
+        rewrites a record unchanged): the write keeps that token and entry, with no upload
+        before its commit and no delete after. The header's revision still changes, so the
+        record's bytes (and its ETag) differ from every earlier version's."""
+        if fields is None or is_grave(fields) or segments_of(fields) is not None:
+            return None
+        current = self.current(fields, name, "save")
+        entry = self.entry_path(current.summary, name, current.token)
+        return current.token if self.entry_path(summary, name, current.token) == entry else None
+
+    def superseded(
+        self, name: str, fields: dict[str, Any] | None, kept: str | None = None
+    ) -> list[str]:
         """What a write that replaced the record with header ``fields`` leaves behind: its
-        index entry and the segment objects an earlier version listed in it."""
+        index entry (unless the write ``kept`` it) and the segment objects an earlier version
+        listed in it."""
         if fields is None or is_grave(fields):
             return []
         current = self.current(fields, name, "save")
-        paths = [self.entry_path(current.summary, name, current.token)]
+        entry = self.entry_path(current.summary, name, current.token)
+        paths = [entry] if entry != kept else []
         return paths + [self.segment_path(name, str(sid)) for sid, _ in segments_of(fields) or []]
 
     def scan(

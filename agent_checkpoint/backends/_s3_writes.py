@@ -39,8 +39,10 @@ class Write:
     def commit(self, key: str, summary: Summary, body: bytes, current: Known | None) -> bool:
         """PUT the record over ``current`` (``If-Match``) or as new (``If-None-Match``);
         ``False`` if the condition failed."""
-        records, name, token = self.records, self.name, self.token
+        records, name = self.records, self.name
         layout, bucket = records.layout, records.bucket
+        kept = layout.kept_token(current.fields if current else None, name, summary)
+        token = kept or self.token
         entry = layout.entry_path(summary, name, token)
         fields = {"key": key, **fields_of(summary, token)}
         packed = pack(fields_of(summary, token) | ({"key": key} if HASHED in name else {}))
@@ -48,8 +50,9 @@ class Write:
         if entry != self.entry:  # the entry goes first: a committed record never misses it
             if self.entry is not None:
                 records.delete_later([self.entry])  # an earlier attempt's, with another owner
-            self.entry = entry
-            bucket.put(entry, b"", "save")
+            self.entry = None if kept else entry
+            if not kept:
+                bucket.put(entry, b"", "save")
         self.settled = False
         etag = bucket.put_if(layout.record_path(name), orjson.dumps(fields) + b"\n" + body,
                              "save", etag=current.etag if current else None,
@@ -64,7 +67,9 @@ class Write:
             records.remember(name, Known(fields, etag))
         else:
             records.forget(name)
-        records.delete_later(layout.superseded(name, current.fields if current else None))
+        records.delete_later(
+            layout.superseded(name, current.fields if current else None, kept=entry)
+        )
         return True
 
     def close(self) -> None:
