@@ -122,7 +122,9 @@ def start_seaweedfs(workdir: Path, *, timeout: float = 30.0) -> S3Server:
         args,
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "GOMEMLIMIT": "256MiB"},
+        # A 256 MiB limit kept it at ~120 MB RSS but spent 60 % of its CPU in the garbage
+        # collector: 9-15 ms of CPU per PUT against 2.7-3.4 ms at 1 GiB (~300 MB RSS).
+        env={**os.environ, "GOMEMLIMIT": "1GiB"},
         start_new_session=True,  # its own process group, so stop() reaches every child
         preexec_fn=_die_with_parent,
     )
