@@ -12,8 +12,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rich.console import Console
 
 from agent_checkpoint import Store, open_store
 from agent_checkpoint._cli import EXIT, main
@@ -165,6 +167,37 @@ def test_prune_and_save_show_progress_on_a_terminal(tmp_path: Path) -> None:
     assert b"saving" in shown and b"11/11" in shown
 
 
+def test_on_a_terminal_the_copy_bar_counts_its_total_while_it_copies(tmp_path: Path) -> None:
+    src, dst = str(tmp_path / "a"), str(tmp_path / "b")
+    fill(src, 300, fsync=False)
+    code, out, shown = on_a_terminal("copy", "--store", src, "--to", dst)
+    assert code == 0 and out.startswith("Copied 300 "), out
+    assert b"copying" in shown and b"300/300" in shown
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["script", "terminal"])
+def test_a_long_operation_lists_its_store_a_second_time_only_for_a_terminals_bar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, terminal: bool
+) -> None:
+    """The total of a bar is a second listing of the whole store (on S3, a HEAD per record):
+    made only where a bar shows it, and alongside the work rather than before it."""
+    src, dst = str(tmp_path / "a"), str(tmp_path / "b")
+    fill(src, 30, fsync=False)
+    listings: list[int] = []
+    listed = Store.iter_summaries
+
+    def counted(self: Store, **kw: Any) -> Any:
+        listings.append(kw.get("page_size", 0))
+        return listed(self, **kw)
+
+    monkeypatch.setattr(Store, "iter_summaries", counted)
+    monkeypatch.setattr(Console, "is_terminal", property(lambda self: terminal))
+    assert main(["copy", "--store", src, "--to", dst]) == 0
+    assert len(listings) == (2 if terminal else 1), listings
+    with open_store(dst) as copied:
+        assert len(copied.list(limit=100).items) == 30
+
+
 def test_ctrl_c_during_copy_says_how_far_it_got_and_a_rerun_finishes(tmp_path: Path) -> None:
     src, dst = str(tmp_path / "a"), str(tmp_path / "b")
     total = 1200
@@ -191,7 +224,8 @@ def test_ctrl_c_during_copy_says_how_far_it_got_and_a_rerun_finishes(tmp_path: P
     assert prefix == "agent-checkpoint: interrupted: " and out == ""
     done = int(rest.split()[0])
     assert 0 < done < total
-    assert rest == f"{done} of {total} record(s); running the same command again carries on"
+    # no terminal, no bar: the source was not listed a second time to count it
+    assert rest == f"{done} record(s); running the same command again carries on"
     rerun = subprocess.run(
         [sys.executable, "-m", "agent_checkpoint", "copy", "--store", src, "--to", dst],
         capture_output=True,

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,8 @@ EXIT = {
 """Exit codes of every command, documented once in README "Exit codes"."""
 
 Tick = Callable[..., None]
+Count = Callable[[threading.Event], "int | None"]
+"""How to count a progress bar's total: ``None`` once the event asks it to stop."""
 
 
 class CommandError(Exception):
@@ -81,9 +83,19 @@ def store_from(
     return open_store(url or store_url(args), keyring=keyring, create=create, migrations=migrations)
 
 
-def count_records(store: Store) -> int:
-    """How many records ``store`` lists (the total of a progress bar)."""
-    return sum(1 for _ in store.iter_summaries(page_size=1000))
+def count_records(store: Store) -> Count:
+    """How to count the records ``store`` lists, for ``progress`` to run in the background
+    (a listing of the whole store: on S3, a HEAD per record)."""
+
+    def count(stop: threading.Event) -> int | None:
+        n = 0
+        for _ in store.iter_summaries(page_size=250):  # a page's wait, at most, to stop
+            if stop.is_set():
+                return None
+            n += 1
+        return n
+
+    return count
 
 
 def now_ms() -> int:
@@ -124,14 +136,22 @@ def format_size(n: int) -> str:
 
 
 @contextmanager
-def progress(description: str, total: int | None, *, unit: str = "record(s)") -> Iterator[Tick]:
+def progress(
+    description: str, total: int | Count | None, *, unit: str = "record(s)"
+) -> Iterator[Tick]:
     """A progress bar on stderr while the block runs (none when stderr is not a terminal).
 
-    Ctrl-C ends the command saying how far it got, bar or not: the tick count travels in the
-    ``KeyboardInterrupt`` that ``main`` reports."""
+    A ``total`` to count (``Count``) is counted in a thread of its own while the block runs,
+    and only where the bar shows it: the work starts at once, the bar's total appears when
+    known, and a command whose stderr is not a terminal lists its store once, not twice.
+
+    Ctrl-C ends the command saying how far it got (and of how many, once known), bar or not:
+    the tick count travels in the ``KeyboardInterrupt`` that ``main`` reports."""
     console = Console(stderr=True)
     done = 0
+    known = total if isinstance(total, int) else None
     lock = threading.Lock()
+    stop = threading.Event()
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -141,7 +161,7 @@ def progress(description: str, total: int | None, *, unit: str = "record(s)") ->
         transient=True,
         disable=not console.is_terminal,
     ) as bar:
-        task = bar.add_task(description, total=total)
+        task = bar.add_task(description, total=known)
 
         def tick(n: int = 1) -> None:
             nonlocal done
@@ -149,11 +169,29 @@ def progress(description: str, total: int | None, *, unit: str = "record(s)") ->
                 done += n
             bar.advance(task, n)
 
+        def count(how: Count) -> None:
+            nonlocal known
+            with suppress(Exception):  # a total is for the eye: it never fails the command
+                counted = how(stop)
+                if counted is not None:
+                    with lock:
+                        known = counted
+                    bar.update(task, total=counted)
+
+        counter = None
+        if callable(total) and console.is_terminal:
+            counter = threading.Thread(target=count, args=(total,), name="count", daemon=True)
+            counter.start()
         try:
             yield tick
         except KeyboardInterrupt:
-            of = "" if total is None else f" of {total}"
+            with lock:
+                of = "" if known is None else f" of {known}"
             raise KeyboardInterrupt(
                 f"{description} stopped after {done}{of} {unit}; running the same command "
                 "again carries on"
             ) from None
+        finally:
+            stop.set()
+            if counter is not None:
+                counter.join()
