@@ -387,6 +387,30 @@ def test_a_checkpoint_reads_back_exactly_whatever_its_versions(tmp_path: Path) -
     assert found.metadata == {"source": "input", "step": -1}
 
 
+def test_equal_copies_extend_a_thread_and_a_list_of_other_things_stays_a_value(
+    tmp_path: Path,
+) -> None:
+    """A step's messages extend the thread's lineage when they begin with its messages, the
+    same objects or equal copies (a state read back in another process); a messages channel
+    that holds something other than messages is kept as a plain value and reads back so."""
+    saver = AgentCheckpointSaver(str(tmp_path / "store"))
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    first = [HumanMessage("hi", id="h1"), AIMessage("hello", id="a1")]
+    copies = [m.model_copy() for m in first] + [HumanMessage("more", id="h2")]
+    mixed = [HumanMessage("x", id="h3"), {"not": "a message"}]
+    for step, messages in enumerate((first, copies, mixed)):
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"messages": messages}
+        config = saver.put(config, checkpoint, {"step": step}, {})
+        found = saver.get_tuple(config)
+        assert found is not None and found.checkpoint["channel_values"]["messages"] == messages
+        if step == 1:
+            assert copies[0] is not first[0] and copies[0] == first[0]
+            lineages = [s.key for s in saver.store.iter_summaries() if "/m/" in s.key]
+            assert len(lineages) == 1  # extended, not a new lineage
+    assert isinstance(found.checkpoint["channel_values"]["messages"][1], dict)
+
+
 def test_deleting_a_run_keeps_the_parents_of_the_checkpoints_left(tmp_path: Path) -> None:
     saver = AgentCheckpointSaver(str(tmp_path / "store"))
     config: Any = {"configurable": {"thread_id": "runs", "checkpoint_ns": ""}}

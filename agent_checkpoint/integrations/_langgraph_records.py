@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from operator import is_
 from typing import Any
 
 from langchain_core.messages import (
@@ -335,13 +336,19 @@ def unpack_ts(checkpoint_id: str, entry: Mapping[str, Any]) -> Any:
 
 
 def is_messages(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(m, BaseMessage) for m in value)
+    # by the few types the list holds, not message by message: a step's channel holds every
+    # message of the thread, and this runs at every step (~80 us a step at 1,000 messages)
+    return isinstance(value, list) and all(
+        issubclass(kind, BaseMessage) for kind in set(map(type, value))
+    )
 
 
 def same(ours: Sequence[BaseMessage], theirs: Sequence[BaseMessage]) -> bool:
-    # identity first (an appended list holds the same objects), equality where it differs
-    return len(ours) == len(theirs) and all(
-        a is b or a == b for a, b in zip(ours, theirs, strict=True)
+    # identity first, in one pass in C (an appended list holds the same objects), then
+    # equality where they differ
+    return len(ours) == len(theirs) and (
+        all(map(is_, ours, theirs))
+        or all(a is b or a == b for a, b in zip(ours, theirs, strict=True))
     )
 
 
