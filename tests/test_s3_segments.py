@@ -477,7 +477,8 @@ def test_a_claim_rewrites_the_run_in_one_put_and_keeps_its_index_entry(
             Store(S3Backend(client, BUCKET, prefix)).put(base, key="k", if_revision=1)
         claim.put(base.evolve(last_completed_iteration=3))
     backend.flush()
-    assert len(objects(client, prefix, "index")) == 1  # the claim's put moved the entry
+    moved = objects(client, prefix, "index")  # the claim's put of new state moved the entry
+    assert len(moved) == 1 and moved.keys() != entries.keys()
     assert [(s.key, s.revision) for s in store.list()] == [("k", 3)]
     assert store.get("k") == base.evolve(last_completed_iteration=3)
     assert backend.verify(grace=0) == {"records": 1, "missing": 0, "stale": 0}

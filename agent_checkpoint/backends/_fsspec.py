@@ -142,7 +142,7 @@ class FsspecBackend(Closable):
                 if not kept:
                     self._forget([entry])  # nothing refers to it: the record was not written
                 raise
-            self._forget(self._layout.superseded(name, fields, kept=entry))
+            self._forget(self._layout.superseded(name, fields, kept))
             return summary
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:

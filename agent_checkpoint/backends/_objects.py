@@ -23,10 +23,11 @@ record still loads assembled (``legacy``), and a write or drop over it deletes i
 
 A save writes its new index entry, then the record (the commit point), then deletes the
 previous entry. A save that lists under the same entry (the same time, key and tags, as a
-claim's rewrite of a run) keeps the record's token and entry and writes the record alone; its
-header's revision still makes its bytes new. An entry counts only while its record carries its token, so a crash leaves at
-most an entry that listing skips: never a key listed twice, a dropped key or a stale summary,
-and never a committed record missing from the index. ``verify(repair=True)`` (the CLI's
+claim's rewrite of a run) keeps the record's token and entry and writes the record alone;
+its header's revision still makes its bytes new. An entry counts only while its record
+carries its token, so a crash leaves at most an entry that listing skips: never a key listed
+twice, a dropped key or a stale summary, and never a committed record missing from the
+index. ``verify(repair=True)`` (the CLI's
 ``verify --repair``) writes missing entries and deletes stale ones.
 
 A drop replaces the record with a tombstone (a header with the key's last revision and
@@ -295,6 +296,8 @@ class Layout:
         record's bytes (and its ETag) differ from every earlier version's."""
         if fields is None or is_grave(fields) or segments_of(fields) is not None:
             return None
+        if fields.get("at") != summary.saved_at:  # the entry's position: most writes move it
+            return None
         current = self.current(fields, name, "save")
         entry = self.entry_path(current.summary, name, current.token)
         return current.token if self.entry_path(summary, name, current.token) == entry else None
@@ -303,13 +306,14 @@ class Layout:
         self, name: str, fields: dict[str, Any] | None, kept: str | None = None
     ) -> list[str]:
         """What a write that replaced the record with header ``fields`` leaves behind: its
-        index entry (unless the write ``kept`` it) and the segment objects an earlier version
-        listed in it."""
+        index entry (unless the write ``kept`` its token, ``kept_token``) and the segment
+        objects an earlier version listed in it."""
         if fields is None or is_grave(fields):
             return []
         current = self.current(fields, name, "save")
-        entry = self.entry_path(current.summary, name, current.token)
-        paths = [entry] if entry != kept else []
+        paths = (
+            [] if current.token == kept else [self.entry_path(current.summary, name, current.token)]
+        )
         return paths + [self.segment_path(name, str(sid)) for sid, _ in segments_of(fields) or []]
 
     def scan(

@@ -4,9 +4,9 @@ Where the fsspec backend takes a lock, this one uses S3's conditional writes, so
 between processes. A save writes its new index entry, then PUTs the record with
 ``If-None-Match: *`` (new key) or ``If-Match: <etag>`` (the commit point), then hands the
 previous entry (and any segment object of an earlier version) to a background thread to delete
-(``flush`` waits for it, and so do ``close`` and ``verify``); a save that keeps the record's
-index entry (``Layout.kept_token``: a claim's rewrite) is the record's PUT alone. No read comes first when the
-backend remembers the key's last write or ``load`` (its header and ETag), nor for a key it
+(``flush`` waits for it, and so do ``close`` and ``verify``); a save that keeps the
+record's index entry (``Layout.kept_token``: a claim's rewrite) is the record's PUT alone. No
+read comes first when the backend remembers the key's last write or ``load`` (its header and ETag), nor for a key it
 does not know, which it writes as new; a lost condition (412, or 404 where AWS answers that
 for a key deleted meanwhile) reads the header and plans again, and only a refusal planned on
 what was read is raised, so it is the right one (revision, owner, create-only). The header's

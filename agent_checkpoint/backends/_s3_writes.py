@@ -47,12 +47,12 @@ class Write:
         fields = {"key": key, **fields_of(summary, token)}
         packed = pack(fields_of(summary, token) | ({"key": key} if HASHED in name else {}))
         metadata = {"ac": packed} if len(packed) <= META_LIMIT else {}
-        if entry != self.entry:  # the entry goes first: a committed record never misses it
-            if self.entry is not None:
-                records.delete_later([self.entry])  # an earlier attempt's, with another owner
-            self.entry = None if kept else entry
-            if not kept:
-                bucket.put(entry, b"", "save")
+        if self.entry is not None and self.entry != entry:
+            records.delete_later([self.entry])  # an earlier attempt's, with another owner
+            self.entry = None
+        if not kept and self.entry is None:
+            self.entry = entry  # the entry goes first: a committed record never misses it
+            bucket.put(entry, b"", "save")
         self.settled = False
         etag = bucket.put_if(layout.record_path(name), orjson.dumps(fields) + b"\n" + body,
                              "save", etag=current.etag if current else None,
@@ -67,9 +67,7 @@ class Write:
             records.remember(name, Known(fields, etag))
         else:
             records.forget(name)
-        records.delete_later(
-            layout.superseded(name, current.fields if current else None, kept=entry)
-        )
+        records.delete_later(layout.superseded(name, current.fields if current else None, kept))
         return True
 
     def close(self) -> None:
