@@ -884,7 +884,7 @@ def test_a_row_past_2_kb_keeps_its_key_and_run_id_in_the_row(
         moved_out = toast_rows()
         assert moved_out >= 10  # at least the key of each
         store.setup()
-        assert ledger(admin, schema)[-1] == (10, "short text kept in the row")
+        assert (10, "short text kept in the row") in ledger(admin, schema)
         new = [piece(i) for i in range(10, 20)]
         for record in new:
             store.backend.save(record)
@@ -1076,53 +1076,122 @@ def test_load_many_answers_each_key_in_order(store: Store) -> None:
     assert got[2] == backend.load("a") and backend.load_many([]) == []
 
 
+@contextmanager
+def before_the_fold(schema: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+    """A store whose table has every step before step 11, which folds the segments of the
+    versions before the segment layer into their records."""
+    with open_pg(schema) as store:
+        with monkeypatch.context() as m:
+            m.setattr(postgres, "MIGRATIONS", MIGRATIONS[:10])
+            store.setup()
+        yield store
+
+
 def test_a_record_stored_in_segments_by_an_older_version_reads_overwrites_and_drops(
-    store: Store, admin: Admin, schema: str
+    admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ckpt = checkpoint("r", messages=4, principal="al")
-    whole = store_in_old_segments(admin, schema, "k", ckpt)
-    record = store.get_record("k")
-    assert record is not None and record.body == whole
-    assert record.summary.revision == 7 and record.summary.owner == "al"
-    assert store.get("k") == ckpt
-    assert postgres_of(store).load_many(["k"])[0] == record
-    # The next put (one more message) is a whole write: the old segment rows go with it;
-    # refused (on a revision it does not have), it leaves them.
-    grown = ckpt.evolve(history=(*ckpt.history, Message("assistant", "one more")))
-    with pytest.raises(ConflictError):
-        store.put(grown, key="k", if_revision=6)
-    assert legacy_rows(admin, schema) == 4 and store.get_record("k") == record
-    summary = store.put(grown, key="k", if_revision=7)
-    assert summary.revision == 8 and legacy_rows(admin, schema) == 0
-    assert stored_row(admin, schema, "k")[1:] == (None, None, None)
-    assert store.get_record("k").body == whole_bytes(grown, summary.saved_at)  # type: ignore[union-attr]
-    with pytest.raises(OwnershipConflictError):
-        store.put(checkpoint("r", principal="mallory"), key="k")
+    with before_the_fold(schema, monkeypatch) as store:
+        whole = store_in_old_segments(admin, schema, "k", ckpt)
+        record = store.get_record("k")
+        assert record is not None and record.body == whole
+        assert record.summary.revision == 7 and record.summary.owner == "al"
+        assert store.get("k") == ckpt
+        assert postgres_of(store).load_many(["k"])[0] == record
+        # The next put (one more message) is a whole write that clears the head, after which
+        # the old segment rows are not read; refused (on a revision it does not have), it
+        # leaves the record as it was.
+        grown = ckpt.evolve(history=(*ckpt.history, Message("assistant", "one more")))
+        with pytest.raises(ConflictError):
+            store.put(grown, key="k", if_revision=6)
+        assert store.get_record("k") == record
+        summary = store.put(grown, key="k", if_revision=7)
+        assert summary.revision == 8
+        assert stored_row(admin, schema, "k")[1:] == (None, None, None)
+        assert store.get_record("k").body == whole_bytes(grown, summary.saved_at)  # type: ignore[union-attr]
+        assert store.get("k") == grown
+        with pytest.raises(OwnershipConflictError):
+            store.put(checkpoint("r", principal="mallory"), key="k")
 
-    store_in_old_segments(admin, schema, "gone", ckpt)
-    assert store.delete("gone") and store.get("gone") is None
-    store_in_old_segments(admin, schema, "old", ckpt)
-    assert store.forget_older_than(1001).forgotten == 1  # retention, oldest first
-    assert legacy_rows(admin, schema) == 0 and [s.key for s in store.list()] == ["k"]
+        store_in_old_segments(admin, schema, "gone", ckpt)
+        assert store.delete("gone") and store.get("gone") is None
+        store_in_old_segments(admin, schema, "old", ckpt)
+        assert store.forget_older_than(1001).forgotten == 1  # retention, oldest first
+        assert legacy_rows(admin, schema, "gone") == legacy_rows(admin, schema, "old") == 0
+        assert [s.key for s in store.list()] == ["k"]
+        store.setup()  # step 11: the rows the overwrite left go too
+        assert legacy_rows(admin, schema) == 0 and store.get("k") == grown
 
 
 def test_a_whole_write_by_an_older_library_over_a_split_record_reads_back_as_written(
-    store: Store, admin: Admin, schema: str
+    admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store_in_old_segments(admin, schema, "k", checkpoint("r", messages=4))
-    replaced = stamped(checkpoint("r", text="written by the previous version"), 5)
-    body, _ = store._codec.encode(replaced, "k")
-    admin.execute(  # the previous library's UPDATE: it knows nothing of head and segments
-        sql.SQL(
-            "UPDATE {} SET body = %s, size = %s, revision = revision + 1 WHERE key = 'k'"
-        ).format(sql.Identifier(schema, "agent_checkpoints")),
-        (body, len(body)),
-    )
-    got = store.get("k")
-    assert got is not None and got.history[0].content == "written by the previous version 0"
-    grown = checkpoint("r", messages=5)
-    store.put(grown, key="k")
-    assert legacy_rows(admin, schema) == 0 and store.get("k") == grown
+    with before_the_fold(schema, monkeypatch) as store:
+        store_in_old_segments(admin, schema, "k", checkpoint("r", messages=4))
+        replaced = stamped(checkpoint("r", text="written by the previous version"), 5)
+        body, _ = store._codec.encode(replaced, "k")
+        admin.execute(  # the previous library's UPDATE: it knows nothing of head and segments
+            sql.SQL(
+                "UPDATE {} SET body = %s, size = %s, revision = revision + 1 WHERE key = 'k'"
+            ).format(sql.Identifier(schema, "agent_checkpoints")),
+            (body, len(body)),
+        )
+        got = store.get("k")
+        assert got is not None and got.history[0].content == "written by the previous version 0"
+        store.setup()  # step 11 leaves a record with a body as it is
+        assert store.get("k") == got and legacy_rows(admin, schema) == 0
+        grown = checkpoint("r", messages=5)
+        store.put(grown, key="k")
+        assert store.get("k") == grown
+
+
+def test_step_11_folds_old_segments_into_their_records_and_drops_their_foreign_key(
+    admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every record the versions before the segment layer stored in segments reads the same
+    bytes after the fold as before it (one missing a segment stays unreadable), nothing else
+    changes, and a delete no longer runs the segments table's foreign key trigger. The table
+    stays, empty, for the statements of versions before step 11 still running."""
+    table = sql.Identifier(schema, "agent_checkpoints")
+    segs = sql.Identifier(schema, "agent_checkpoints_segments")
+
+    def foreign_keys() -> int:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_constraint WHERE contype = 'f' AND confrelid = %s::regclass",
+            (table.as_string(None),),
+        ).fetchone()
+        return int(row[0])  # type: ignore[index]
+
+    ckpt = checkpoint("r", messages=4, principal="al")
+    with before_the_fold(schema, monkeypatch) as store:
+        store_in_old_segments(admin, schema, "k", ckpt)
+        store_in_old_segments(admin, schema, "lost", checkpoint("r", messages=4))
+        admin.execute(sql.SQL("DELETE FROM {} WHERE key = 'lost' AND seq = 2").format(segs))
+        # a head with no gap to fill: the segments follow it (``join_parts``)
+        admin.execute(
+            sql.SQL(
+                "INSERT INTO {} (key, run_id, saved_at, message_count, size, revision, body, head,"
+                " digest, segments) VALUES ('nogap', 'r', 1000, 0, 3, 1, '', 'ab', 'd', 1)"
+            ).format(table)
+        )
+        admin.execute(sql.SQL("INSERT INTO {} VALUES ('nogap', 0, 'c')").format(segs))
+        store.put(checkpoint("plain", messages=3), key="plain")
+        before = {key: store.get_record(key) for key in ("k", "lost", "nogap", "plain")}
+        assert foreign_keys() == 1 and legacy_rows(admin, schema) == 8
+        store.setup()
+        assert ledger(admin, schema)[-1] == (11, "old segments folded into their records")
+        assert {key: store.get_record(key) for key in before} == before
+        assert before["nogap"].body == b"abc"  # type: ignore[union-attr]
+        for key in ("k", "lost", "nogap"):
+            assert stored_row(admin, schema, key)[1:] == (None, None, None)
+        with pytest.raises(UnreadableEnvelopeError):
+            store.get("lost")
+        assert store.get("k") == ckpt
+        assert foreign_keys() == 0 and legacy_rows(admin, schema) == 0
+        admin.execute(sql.SQL("SELECT key, seq, data FROM {} LIMIT 0").format(segs))
+        assert store.delete("k") and store.get("k") is None
+        store.setup()  # and again: nothing left to apply
+        assert len(ledger(admin, schema)) == len(MIGRATIONS)
 
 
 def test_a_record_missing_an_old_segment_reads_unreadable_not_shorter(
@@ -1183,10 +1252,15 @@ def test_a_record_stored_in_segments_before_compressed_segments_upgrades_and_kee
             store.setup()
         whole = store_in_old_segments(admin, schema, "k", ckpt)
         assert admin.execute(storage, (segs,)).fetchone() == ("x",)
-        store.setup()
-        assert ledger(admin, schema) == [(v, n) for v, n, _ in MIGRATIONS]
+        with monkeypatch.context() as m:
+            m.setattr(postgres, "MIGRATIONS", MIGRATIONS[:10])  # up to the fold
+            store.setup()
         assert admin.execute(storage, (segs,)).fetchone() == ("m",)
         assert store.get_record("k").body == whole  # type: ignore[union-attr]
+        store.setup()
+        assert ledger(admin, schema) == [(v, n) for v, n, _ in MIGRATIONS]
+        assert store.get_record("k").body == whole  # type: ignore[union-attr]
+        assert legacy_rows(admin, schema) == 0
         history = ckpt.history
         for i in range(60):  # the segment layer takes over from the next put on
             history = (*history, Message("user", f"new {i} " + "n" * 500))

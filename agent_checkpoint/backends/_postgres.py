@@ -6,9 +6,10 @@ in the ledger table ``LEDGER`` of the same schema (``_postgres_schema.py``).
 Growing histories are the Store's segment layer's (``_segments.py``): its pieces are records of
 the ``segments`` namespace, the table ``<table>$segments``; ``load_many`` reads several in one
 statement. A record that a version before the layer stored in segments has an empty ``body``,
-its head in ``head`` and its segments as rows of ``<table>_segments``: ``load`` assembles it in
-one statement (one snapshot), a ``save`` over it deletes those rows and the foreign key deletes
-them with the record.
+its head in ``head`` and its segments as rows of ``<table>_segments``. Migration step 11
+rewrites such records whole and empties that table; until it runs, ``load`` assembles them in
+one statement (one snapshot), and a ``save`` over one clears its head (its segment rows, no
+longer read, go with the record or with step 11).
 
 The statements are composed in ``_postgres_sql.py``; the pool, the URL options and the read
 timeout of every connection are in ``_postgres_connections.py``.

@@ -182,6 +182,40 @@ MIGRATIONS: tuple[Step, ...] = (
             " ALTER COLUMN agent_id SET STORAGE MAIN, ALTER COLUMN failure_phase SET STORAGE MAIN",
         ),
     ),
+    (
+        11,
+        "old segments folded into their records",
+        (
+            # A record that a version before the segment layer stored in segments (step 3) is
+            # rewritten whole: its head with the segments joined into the gap (a NUL), as a
+            # read assembles it; one missing a segment keeps its head alone, which reads
+            # unreadable, as before. Then the segments table is made anew, empty and without
+            # its foreign key: that key's trigger ran on every delete of a record, and a write
+            # no longer deletes segment rows. The table stays for versions before this step
+            # still running, whose statements name it.
+            """UPDATE {table} t SET
+                body = CASE WHEN f.n = t.segments THEN (CASE WHEN f.gap = 0
+                    THEN t.head || f.joined
+                    ELSE substring(t.head FROM 1 FOR f.gap - 1) || f.joined
+                        || substring(t.head FROM f.gap + 1) END)
+                    ELSE t.head END,
+                head = NULL, digest = NULL, segments = NULL
+            FROM (SELECT r.key, position(decode('00', 'hex') IN r.head) AS gap,
+                    (SELECT count(*) FROM {segments} s WHERE s.key = r.key) AS n,
+                    coalesce((SELECT string_agg(s.data, ','::bytea ORDER BY s.seq)
+                        FROM {segments} s WHERE s.key = r.key AND octet_length(s.data) > 0),
+                        ''::bytea) AS joined
+                FROM {table} r WHERE octet_length(r.body) = 0 AND r.head IS NOT NULL) f
+            WHERE t.key = f.key""",
+            "DROP TABLE {segments}",
+            """CREATE TABLE {segments} (
+                key text COLLATE "C" NOT NULL,
+                seq integer NOT NULL,
+                data bytea NOT NULL,
+                PRIMARY KEY (key, seq)
+            )""",
+        ),
+    ),
 )
 
 

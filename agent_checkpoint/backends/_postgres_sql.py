@@ -73,23 +73,20 @@ def statements(names: dict[str, sql.Composable]) -> Statements:
         )
     )
     # The write over the stored record at %(revision)s, owner write-once, as one statement:
-    # it applies on that revision or changes nothing. It deletes the segment rows of a record
-    # an older version stored in segments (of the record it replaced: none if refused).
+    # it applies on that revision or changes nothing. It clears the head of a record an older
+    # version stored in segments; that record's segment rows are no longer read, and go with
+    # migration step 11 (or with the record, while their foreign key lasts).
     replaced = [c for c in written if c not in ("key", "owner", "revision")]
     update = render(
         sql.SQL(
-            """WITH new AS (
-                UPDATE {t} SET ({cols}) = ({values}), owner = COALESCE(owner, %(owner)s::text),
-                    revision = revision + 1, head = NULL, digest = NULL, segments = NULL
-                FROM (SELECT nextval({revisions})) moved
-                WHERE key = %(key)s AND revision = %(revision)s
-                    AND (owner IS NULL OR %(owner)s::text IS NULL OR owner = %(owner)s::text)
-                RETURNING key, revision, owner
-            ), old AS (DELETE FROM {segs} WHERE key IN (SELECT key FROM new))
-            SELECT revision, owner FROM new"""
+            """UPDATE {t} SET ({cols}) = ({values}), owner = COALESCE(owner, %(owner)s::text),
+                revision = revision + 1, head = NULL, digest = NULL, segments = NULL
+            FROM (SELECT nextval({revisions})) moved
+            WHERE key = %(key)s AND revision = %(revision)s
+                AND (owner IS NULL OR %(owner)s::text IS NULL OR owner = %(owner)s::text)
+            RETURNING revision, owner"""
         ).format(
             t=t,
-            segs=segs,
             revisions=revisions,
             cols=sql.SQL(", ").join(map(sql.Identifier, replaced)),
             values=sql.SQL(", ").join(map(sql.Placeholder, replaced)),
