@@ -33,6 +33,7 @@ from agent_checkpoint._model import Message, RunCheckpoint
 from agent_checkpoint._segment_format import Layout
 from agent_checkpoint._segments import PIECES, Segmented
 from agent_checkpoint.backends import _postgres as postgres
+from agent_checkpoint.backends import _postgres_schema as postgres_schema
 from agent_checkpoint.backends._base import Query, Record, Summary
 from agent_checkpoint.backends._postgres import LEDGER, MIGRATIONS, PostgresBackend, TimedConnection
 from agent_checkpoint.backends._postgres_sql import scan_statement
@@ -611,8 +612,52 @@ def test_setup_refuses_a_table_migrated_by_a_newer_library(admin: Admin, schema:
             ),
             ("agent_checkpoints", 99, "from the future"),
         )
-        with pytest.raises(BackendError, match="newer than this agent-checkpoint"):
+        # a step that did not say whether older libraries may use the table
+        with pytest.raises(BackendError, match=r"newer than this one .* step 99 \(from the"):
             store.setup()
+
+
+FUTURE = (len(MIGRATIONS) + 1, "a step from the future", ("SELECT 1",))
+
+
+def migrated_by_a_newer_library(
+    schema: str, monkeypatch: pytest.MonkeyPatch, *, refuses_older: bool
+) -> None:
+    """The table, and its namespace of claims, set up by a library with one step more than
+    this one, which records whether libraries without it may use the table."""
+    with monkeypatch.context() as m, open_pg(schema) as newer:
+        m.setattr(postgres, "MIGRATIONS", (*MIGRATIONS, FUTURE))
+        if refuses_older:
+            m.setattr(postgres_schema, "REFUSES_OLDER", frozenset({FUTURE[0]}))
+        newer.setup()
+        newer.put(checkpoint("r", text="by the newer library"), key="k")
+        assert newer.claim("k", "worker-1", ttl=60) is not None
+
+
+def test_going_back_from_a_newer_library_keeps_the_table_and_its_namespaces_working(
+    admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    migrated_by_a_newer_library(schema, monkeypatch, refuses_older=False)
+    assert ledger(admin, schema)[-1] == FUTURE[:2]
+    with open_pg(schema) as store:
+        store.setup()  # nothing to apply, nothing refused
+        got = store.get("k")
+        assert got is not None and got.history[0].content == "by the newer library 0"
+        assert store.put(checkpoint("r", text="by this library"), key="k").revision > 1
+        assert [c.worker for c in store.claims()] == ["worker-1"]  # the claims' namespace
+    assert ledger(admin, schema)[-1] == FUTURE[:2]
+
+
+def test_a_newer_step_that_refuses_older_libraries_is_refused_by_setup_and_namespaces(
+    admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    migrated_by_a_newer_library(schema, monkeypatch, refuses_older=True)
+    refused = rf"step {FUTURE[0]} \(a step from the future\) refuses libraries without it"
+    with open_pg(schema) as store:
+        with pytest.raises(BackendError, match=refused):
+            store.setup()
+        with pytest.raises(BackendError, match=refused):
+            postgres_of(store).namespace("leases")
 
 
 def test_two_tables_in_one_schema_keep_separate_ledgers(admin: Admin, schema: str) -> None:

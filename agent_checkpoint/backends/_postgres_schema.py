@@ -3,6 +3,11 @@
 ``MIGRATIONS`` is ordered and append-only: a store created by an older library is brought up to
 date by running ``setup()`` again, which applies the steps its ledger lacks, in order, each in
 its own transaction under an advisory lock per schema (so concurrent setups are safe).
+
+A table a newer library migrated is used as it is, unless a step this library does not know
+refuses older libraries (``REFUSES_OLDER``, recorded in the ledger as each step is applied):
+going back to this version after a newer one ran ``setup``, or opened a store's namespace
+(which sets it up), keeps working.
 """
 
 from __future__ import annotations
@@ -14,7 +19,15 @@ from psycopg import sql
 
 from ..errors import BackendError
 
-__all__ = ["LEDGER", "MAX_SCHEMA_NAME", "MAX_TABLE_NAME", "MIGRATIONS", "migrate", "object_names"]
+__all__ = [
+    "LEDGER",
+    "MAX_SCHEMA_NAME",
+    "MAX_TABLE_NAME",
+    "MIGRATIONS",
+    "REFUSES_OLDER",
+    "migrate",
+    "object_names",
+]
 
 LEDGER = "agent_checkpoint_migrations"
 
@@ -219,6 +232,14 @@ MIGRATIONS: tuple[Step, ...] = (
 )
 
 
+REFUSES_OLDER: frozenset[int] = frozenset({7})
+"""The steps a library that lacks them must not use a table through. Every other step leaves
+a table that the libraries before it read and write correctly, so that going back past it is
+safe; a new step belongs here when it does not (it renames or repurposes a column, or a write
+that ignores it would break a promise). Step 7: without the revision sequence, a deleted key's
+next record could repeat a revision."""
+
+
 def object_names(schema: str, table: str) -> dict[str, sql.Composable]:
     """The identifiers the steps' ``{placeholders}`` stand for."""
     return {
@@ -249,7 +270,8 @@ def migrate(
     names: dict[str, sql.Composable],
 ) -> None:
     """Create ``schema`` and the ledger if missing, then apply the ``steps`` not yet applied to
-    ``table``, in order. Refuses a table migrated by a newer library (a step it does not know)."""
+    ``table``, in order. A table a newer library migrated is left as it is, or refused if a
+    step newer than ``steps`` refuses older libraries (``REFUSES_OLDER``)."""
     lock = sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))")
     lock_key = f"agent_checkpoint setup {schema}"
     ledger = sql.Identifier(schema, LEDGER)
@@ -263,6 +285,9 @@ def migrate(
         ).fetchone()
         if done is not None and tuple(done) == (len(steps), latest):
             return
+        if done is not None and done[1] is not None and done[1] > latest:
+            _check_newer(conn, ledger, schema, table, latest)
+            return  # a newer library applied every step this one knows before its own
     # One advisory lock per schema serialises concurrent setups, schema creation included.
     with conn.transaction():
         conn.execute(lock, (lock_key,))
@@ -277,16 +302,17 @@ def migrate(
                 "PRIMARY KEY (table_name, version))"
             ).format(ledger)
         )
+        # whether libraries without the step may use the table (NULL: applied by a library
+        # that did not say, which only ever applied steps every later library knows)
+        conn.execute(
+            sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS older_ok boolean").format(ledger)
+        )
         newest = conn.execute(
             sql.SQL("SELECT max(version) FROM {} WHERE table_name = %s").format(ledger), (table,)
         ).fetchone()
     if newest is not None and newest[0] is not None and newest[0] > latest:
-        raise BackendError(
-            f"postgres setup refused: table {schema}.{table} is at schema version {newest[0]}, "
-            f"newer than this agent-checkpoint knows ({latest}); upgrade the library",
-            backend="postgres",
-            operation="setup",
-        )
+        _check_newer(conn, ledger, schema, table, latest)
+        return
     for version, title, statements in steps:
         with conn.transaction():
             conn.execute(lock, (lock_key,))
@@ -299,8 +325,34 @@ def migrate(
             for statement in statements:
                 conn.execute(sql.SQL(statement).format(**names))
             conn.execute(
-                sql.SQL("INSERT INTO {} (table_name, version, name) VALUES (%s, %s, %s)").format(
-                    ledger
-                ),
-                (table, version, title),
+                sql.SQL(
+                    "INSERT INTO {} (table_name, version, name, older_ok) VALUES (%s, %s, %s, %s)"
+                ).format(ledger),
+                (table, version, title, version not in REFUSES_OLDER),
             )
+
+
+def _check_newer(
+    conn: psycopg.Connection[Any], ledger: sql.Identifier, schema: str, table: str, latest: int
+) -> None:
+    """Refuse ``table`` if a step newer than ``latest`` (the newest this library knows)
+    refuses libraries without it, or did not say whether it does."""
+    try:
+        refusing = conn.execute(
+            sql.SQL(
+                "SELECT version, name FROM {} WHERE table_name = %s AND version > %s"
+                " AND older_ok IS NOT TRUE ORDER BY version"
+            ).format(ledger),
+            (table, latest),
+        ).fetchone()
+    except psycopg.errors.UndefinedColumn:
+        refusing = ("?", "a ledger that does not say")
+    if refusing is not None:
+        raise BackendError(
+            f"postgres setup refused: table {schema}.{table} was migrated by an "
+            f"agent-checkpoint newer than this one (which knows steps 1-{latest}), and its "
+            f"step {refusing[0]} ({refusing[1]}) refuses libraries without it; upgrade the "
+            "library",
+            backend="postgres",
+            operation="setup",
+        )
