@@ -33,6 +33,9 @@ What it stores, under keys ``langgraph/<thread>/<namespace>/...``:
 
 This layout replaced one with a record per checkpoint (``c/<inverted checkpoint id>``)
 before any release: what that one stored is not read, and there is no migration.
+
+Keys and the LangChain messages' codec are in ``_langgraph_records.py``; a lineage's entries,
+and reading a lineage for its checkpoints, in ``_langgraph_lineage.py``.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ import os
 import random
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -89,13 +92,25 @@ from agent_checkpoint import (
 )
 from agent_checkpoint import OriginalInput as _Input
 
+from ._langgraph_lineage import (
+    NO_LINEAGE,
+    Entry,
+    Lineage,
+    LineageRead,
+    by_time,
+    entry_message,
+    loaded_parts,
+    read_lineage,
+    saver_part,
+    scan_entries,
+    writes_at,
+)
 from ._langgraph_records import (
     ENTRY_ROLE,
     ROOT_NS,
     Key,
     id_time,
     is_messages,
-    langchain_of,
     pack,
     pack_ts,
     parse,
@@ -129,67 +144,6 @@ class Thread:
     checkpoint_id: str
     updated_at: int
     message_count: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    """A checkpoint's entry in its lineage, with what its place there says."""
-
-    lineage: str  # the key of the lineage that holds it
-    id: str
-    parent: str | None
-    count: int | None  # messages in the checkpoint; None: no messages channel
-    at: int  # epoch ms: its id's time (its writes are listed at it)
-    data: Mapping[str, Any]  # as stored
-
-
-@dataclass(frozen=True, slots=True)
-class _Lineage:
-    """What this saver last read or wrote of a thread's lineage."""
-
-    key: str | None  # None: no lineage stored yet (the first put creates the first)
-    revision: int
-    langchain: tuple[BaseMessage, ...]
-    ours: tuple[Message, ...]  # the stored history: messages and entries
-    latest: str | None  # the thread's latest checkpoint id
-    entries: tuple[_Entry, ...]
-
-
-_NONE = _Lineage(None, 0, (), (), None, ())
-
-
-class _Read:
-    """A lineage read for its checkpoints: its entries, and its messages turned into
-    LangChain's only as far as a checkpoint returned needs them."""
-
-    __slots__ = ("_langchain", "_raw", "entries", "thread")
-
-    def __init__(
-        self,
-        thread: Key,
-        entries: Sequence[_Entry],
-        raw: Sequence[Mapping[str, Any]],
-        langchain: builtins.list[BaseMessage],
-    ) -> None:
-        self.thread = thread
-        self.entries = entries
-        self._raw = raw
-        self._langchain = langchain
-
-    @classmethod
-    def known(cls, thread: Key, lineage: _Lineage) -> _Read:
-        return cls(thread, lineage.entries, (), builtins.list(lineage.langchain))
-
-    def messages(self, count: int) -> builtins.list[BaseMessage]:
-        done = self._langchain
-        while len(done) < count and len(done) < len(self._raw):
-            done.append(langchain_of(self._raw[len(done)]))
-        if len(done) < count:
-            raise ConflictError(
-                f"thread {self.thread.thread!r}: its lineage holds {len(done)} messages, "
-                f"fewer than the {count} a checkpoint saved"
-            )
-        return done[:count]
 
 
 _ASKED = 4096  # checkpoints read by id (time travel) a saver remembers
@@ -247,7 +201,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         self._async: AsyncStore | None = None
         self._lock = threading.Lock()  # the lineage cache's; never held across I/O
         self._opening = threading.RLock()
-        self._lineages: OrderedDict[Key, _Lineage] = OrderedDict()
+        self._lineages: OrderedDict[Key, Lineage] = OrderedDict()
         self._asked: OrderedDict[tuple[Key, str], None] = OrderedDict()
         self._capacity = cache_threads
 
@@ -421,7 +375,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         found: dict[str, Thread] = {}
         page = min(max(limit + limit // 4, 10), 1000)  # a few more: forks, pending writes
         heads = store.iter_summaries(owner=self.owner, page_size=page)
-        for group in _by_time(heads):
+        for group in by_time(heads):
             if len(group) > 1:  # one millisecond's heads newest first by their latest checkpoint
                 group.sort(key=attrgetter("run_id"), reverse=True)
             for summary in group:
@@ -558,7 +512,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             return
         key = seen.key or thread.first_lineage
         previous = seen.entries[-1].id if seen.entries else None
-        message, stored = _entry(thread, key, entry, parent, previous, count, len(langchain))
+        message, stored = entry_message(thread, key, entry, parent, previous, count, len(langchain))
         ours = (*ours, message)
         head = self._head(thread, checkpoint_id, ours, step)
         try:
@@ -574,16 +528,14 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             raise _conflict(thread, str(exc)) from exc
         self._remember(
             thread,
-            _Lineage(
-                key, summary.revision, langchain, ours, checkpoint_id, (*seen.entries, stored)
-            ),
+            Lineage(key, summary.revision, langchain, ours, checkpoint_id, (*seen.entries, stored)),
         )
 
     def _fork(
         self,
         store: Store,
         thread: Key,
-        seen: _Lineage,
+        seen: Lineage,
         checkpoint_id: str,
         parent: str | None,
         messages: builtins.list[BaseMessage],
@@ -594,7 +546,9 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         (and moving on) the old one's revision, so that a writer still on it conflicts."""
         langchain = tuple(messages)
         key = thread.lineage(checkpoint_id)
-        message, stored = _entry(thread, key, entry, parent, None, len(langchain), len(langchain))
+        message, stored = entry_message(
+            thread, key, entry, parent, None, len(langchain), len(langchain)
+        )
         ours = (*(to_ours(m) for m in messages), message)
         try:
             if seen.key is not None:
@@ -613,7 +567,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             self._forget(thread)
             raise _conflict(thread, str(exc)) from exc
         self._remember(
-            thread, _Lineage(key, summary.revision, langchain, ours, checkpoint_id, (stored,))
+            thread, Lineage(key, summary.revision, langchain, ours, checkpoint_id, (stored,))
         )
 
     def _head(
@@ -637,7 +591,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 found.append(summary)
         return found
 
-    def _lineage(self, store: Store, thread: Key, parent: str | None) -> _Lineage:
+    def _lineage(self, store: Store, thread: Key, parent: str | None) -> Lineage:
         """The lineage a put extends: this saver's knowledge of the thread, else the lineage
         that holds the parent checkpoint (or the thread's latest) read from the store."""
         with self._lock:
@@ -648,10 +602,10 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             # a new thread: no listing (on S3 and memory a listing by agent reads the
             # whole index). A thread whose first lineage was swept while a fork lives on
             # starts it again; its checkpoints are all listed still.
-            return _NONE
+            return NO_LINEAGE
         heads = self._heads(store, thread)
         if not heads:
-            return _NONE
+            return NO_LINEAGE
         latest = max(s.run_id for s in heads) or None
         wanted = parent or latest
         chosen = heads[0]
@@ -660,13 +614,13 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 heads, store.get_records([s.key for s in heads]), strict=True
             ):
                 if record is not None and wanted is not None:
-                    read = _read(store, thread, record)
+                    read = read_lineage(store, thread, record)
                     if any(e.id == wanted for e in read.entries):
                         chosen = summary
                         break
         record = store.get_record(chosen.key)
         if record is None:
-            return _NONE
+            return NO_LINEAGE
         if record.summary.owner not in (None, self.owner):
             raise self._foreign(thread)
         lineage = self._lineage_of(store, thread, record, latest)
@@ -674,19 +628,19 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         return lineage
 
     @staticmethod
-    def _lineage_of(store: Store, thread: Key, record: Record, latest: str | None) -> _Lineage:
+    def _lineage_of(store: Store, thread: Key, record: Record, latest: str | None) -> Lineage:
         ours = store.decode(record).conversation.history
         langchain = [to_langchain(m) for m in ours if m.role != ENTRY_ROLE]
-        return _Lineage(
+        return Lineage(
             record.key,
             record.summary.revision,
             tuple(langchain),
             ours,
             latest,
-            tuple(_scan(thread, record.key, ((m.role, m.extra) for m in ours))),
+            tuple(scan_entries(thread, record.key, ((m.role, m.extra) for m in ours))),
         )
 
-    def _noticed(self, thread: Key, record: Record) -> _Lineage | None:
+    def _noticed(self, thread: Key, record: Record) -> Lineage | None:
         """What this saver knows of the thread, if it is that lineage at that revision. A
         newer write seen (another writer's) makes it forget what it knew: its next put reads
         the thread again, and continues it where the graph now is."""
@@ -702,7 +656,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             self._forget(thread)
         return None
 
-    def _remember(self, thread: Key, lineage: _Lineage) -> None:
+    def _remember(self, thread: Key, lineage: Lineage) -> None:
         with self._lock:
             self._lineages[thread] = lineage
             self._lineages.move_to_end(thread)
@@ -771,7 +725,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 stored = store.get_record(key)
             entries: dict[str, Any] = {}
             if stored is not None:
-                entries = dict(_record(store.decode(stored).to_json())["writes"])
+                entries = dict(saver_part(store.decode(stored).to_json())["writes"])
                 # a task's regular writes are written once (a retried task repeats them);
                 # the special channels (error, interrupt...) take the latest
                 merged = {str(i): w for i, w in fresh.items() if i < 0 or str(i) not in entries}
@@ -832,23 +786,29 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         if found is None:
             return None
         entry, read = found
-        writes = _writes_at(store, thread.tag, thread.checkpoint(checkpoint_id), entry.at)
+        writes = writes_at(store, thread.tag, thread.checkpoint(checkpoint_id), entry.at)
         return self._tuples(store, [(entry, read, [s.key for s in writes])])[0]
 
-    def _find(self, store: Store, thread: Key, checkpoint_id: str) -> tuple[_Entry, _Read] | None:
+    def _find(
+        self, store: Store, thread: Key, checkpoint_id: str
+    ) -> tuple[Entry, LineageRead] | None:
         """A checkpoint's entry and its lineage: from what this saver knows, else read."""
         with self._lock:
             known = self._lineages.get(thread)
         if known is not None:
             for entry in reversed(known.entries):
                 if entry.id == checkpoint_id:
-                    return entry, _Read.known(thread, known)
+                    return entry, LineageRead.known(thread, known)
         heads = self._heads(store, thread)
         for record in store.get_records([s.key for s in heads]):
             if record is None or record.summary.owner != self.owner:
                 continue
             known = self._noticed(thread, record)
-            read = _read(store, thread, record) if known is None else _Read.known(thread, known)
+            read = (
+                read_lineage(store, thread, record)
+                if known is None
+                else LineageRead.known(thread, known)
+            )
             for entry in read.entries:
                 if entry.id == checkpoint_id:
                     return entry, read
@@ -883,10 +843,10 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         left = limit
         unread: builtins.list[tuple[Key, str]] = []
         passed = 0  # summaries listed since the oldest unread lineage
-        ready: builtins.list[tuple[_Entry, _Read]] = []
+        ready: builtins.list[tuple[Entry, LineageRead]] = []
         writes: dict[str, builtins.list[str]] = defaultdict(builtins.list)
 
-        def admit(entries: Iterator[tuple[_Entry, _Read]]) -> None:
+        def admit(entries: Iterator[tuple[Entry, LineageRead]]) -> None:
             for entry, read in entries:
                 if wanted_id is not None and entry.id != wanted_id:
                     continue
@@ -911,7 +871,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             ]
             return self._tuples(store, items)
 
-        for group in _by_time(summaries):
+        for group in by_time(summaries):
             if unread and (len(unread) >= batch or passed >= page):
                 admit(self._read_heads(store, unread))
                 unread, passed = [], 0
@@ -942,7 +902,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
 
     def _read_heads(
         self, store: Store, heads: Sequence[tuple[Key, str]]
-    ) -> Iterator[tuple[_Entry, _Read]]:
+    ) -> Iterator[tuple[Entry, LineageRead]]:
         """The entries of these lineages (of this saver's owner), read in one batch (a
         lineage this saver knows at the revision listed is not decoded again)."""
         records = store.get_records([key for _, key in heads])
@@ -950,18 +910,24 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             if record is None or record.summary.owner != self.owner:
                 continue  # deleted since it was listed, or another owner's
             known = self._noticed(thread, record)
-            read = _Read.known(thread, known) if known is not None else _read(store, thread, record)
+            read = (
+                LineageRead.known(thread, known)
+                if known is not None
+                else read_lineage(store, thread, record)
+            )
             for entry in read.entries:
                 yield entry, read
 
     def _tuples(
         self,
         store: Store,
-        items: Sequence[tuple[_Entry, _Read, Sequence[str]]],
+        items: Sequence[tuple[Entry, LineageRead, Sequence[str]]],
     ) -> builtins.list[CheckpointTuple]:
         """Checkpoint tuples of entries read, their writes read in one batch."""
         write_keys = [key for _, _, keys in items for key in keys]
-        written = _loaded(store, store.get_records(write_keys), self.owner) if write_keys else {}
+        written = (
+            loaded_parts(store, store.get_records(write_keys), self.owner) if write_keys else {}
+        )
         found = []
         for entry, read, keys in items:
             data = entry.data
@@ -1020,7 +986,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 self._rewrite(store, key, lambda entry, ids=ids: entry.id not in ids)
                 self._forget(thread)
                 for checkpoint_id, at in ids.items():
-                    for w in _writes_at(store, thread.tag, thread.checkpoint(checkpoint_id), at):
+                    for w in writes_at(store, thread.tag, thread.checkpoint(checkpoint_id), at):
                         store.delete(w.key)
 
     def _rewrite(self, store: Store, key: str, keep: Any) -> None:
@@ -1033,7 +999,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             conversation = store.decode(record).conversation
             thread = parse_head(key)
             assert thread is not None
-            scanned = _scan(thread, key, ((m.role, m.extra) for m in conversation.history))
+            scanned = scan_entries(thread, key, ((m.role, m.extra) for m in conversation.history))
             by_id = iter(scanned)
             history: builtins.list[Message] = []
             previous: str | None = None
@@ -1046,7 +1012,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 entry = next(by_id)
                 if not keep(entry):
                     continue
-                message, _ = _entry(
+                message, _ = entry_message(
                     thread, key, dict(entry.data), entry.parent, previous, entry.count, messages
                 )
                 history.append(message)
@@ -1087,7 +1053,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 continue
             summaries = builtins.list(store.iter_summaries(agent_id=f"langgraph:{thread_id}"))
             heads = [(h, s.key) for s in summaries if (h := parse_head(s.key)) is not None]
-            latest: dict[Key, _Entry] = {}  # the latest checkpoint of each namespace
+            latest: dict[Key, Entry] = {}  # the latest checkpoint of each namespace
             for entry, read in self._read_heads(store, heads):
                 best = latest.get(read.thread)
                 if best is None or (entry.at, entry.id) > (best.at, best.id):
@@ -1182,11 +1148,6 @@ def _ttl_seconds(ttl: Mapping[str, Any] | None) -> float | None:
     return float(minutes) * 60
 
 
-def _record(envelope: Mapping[str, Any]) -> dict[str, Any]:
-    data = envelope["data"]
-    return cast(dict[str, Any], data["langgraph"])
-
-
 def _config(thread: Key, checkpoint_id: str) -> RunnableConfig:
     return {
         "configurable": {
@@ -1197,107 +1158,8 @@ def _config(thread: Key, checkpoint_id: str) -> RunnableConfig:
     }
 
 
-def _scan(
-    thread: Key, key: str, history: Iterable[tuple[str | None, Any]]
-) -> builtins.list[_Entry]:
-    """The entries of a lineage's history (each message's role and its ``lg`` field)."""
-    found = []
-    previous: str | None = None
-    messages = 0
-    for role, data in history:
-        if role != ENTRY_ROLE:
-            messages += 1
-            continue
-        if not isinstance(data, dict):
-            continue
-        checkpoint_id = str(data["id"])
-        at = id_time(checkpoint_id)
-        found.append(
-            _Entry(
-                key,
-                checkpoint_id,
-                data.get("p", previous),
-                data.get("n", messages),
-                int(data.get("at", 0)) if at is None else at,
-                data,
-            )
-        )
-        previous = checkpoint_id
-    return found
-
-
-def _entry(
-    thread: Key,
-    key: str,
-    fields: Mapping[str, Any],
-    parent: str | None,
-    previous: str | None,
-    count: int | None,
-    preceding: int,
-) -> tuple[Message, _Entry]:
-    """A checkpoint's entry (``fields``: its id and packed fields) as the message appended
-    to lineage ``key`` after the entry ``previous`` and ``preceding`` messages: its parent and
-    message count written only where they are not those."""
-    data: dict[str, Any] = {"id": fields["id"]}
-    if parent != previous:
-        data["p"] = parent
-    if count != preceding:
-        data["n"] = count
-    data.update((k, v) for k, v in fields.items() if k not in ("id", "p", "n"))
-    checkpoint_id = str(data["id"])
-    at = id_time(checkpoint_id)
-    entry = _Entry(
-        key, checkpoint_id, parent, count, int(data.get("at", 0)) if at is None else at, data
-    )
-    return Message(ENTRY_ROLE, "", extra=data), entry
-
-
-def _read(store: Store, thread: Key, record: Record) -> _Read:
-    """A lineage's record as plain JSON: no typed values, no LangChain message built."""
-    history = cast(dict[str, Any], store.decode_json(record)["data"]).get("history") or []
-    raw = [m for m in history if m.get("role") != ENTRY_ROLE]
-    entries = _scan(thread, record.key, ((m.get("role"), m) for m in history))
-    return _Read(thread, entries, raw, [])
-
-
-def _loaded(
-    store: Store, records: Sequence[Record | None], owner: str
-) -> dict[str, dict[str, Any] | None]:
-    """The saver's part of each record ``get_records`` returned, by key: those of ``owner``
-    (another owner's checkpoints read as absent)."""
-    found: dict[str, dict[str, Any] | None] = {}
-    for record in records:
-        if record is not None and record.summary.owner == owner:
-            found[record.key] = _record(store.decode_json(record))
-    return defaultdict(lambda: None, found)
-
-
-def _writes_at(store: Store, tag: str, key: str, saved_at: int) -> list[Summary]:
-    """The pending-writes records of checkpoint ``key``: listed at its time, under its key."""
-    prefix = key + "/w/"
-    found: list[Summary] = []
-    for summary in store.iter_summaries(
-        agent_id=tag, since=saved_at, before=saved_at + 1, page_size=500
-    ):
-        if summary.key.startswith(prefix):
-            found.append(summary)
-    return found
-
-
 def _matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     return all(metadata.get(k) == v for k, v in wanted.items())
-
-
-def _by_time(summaries: Iterator[Summary]) -> Iterator[list[Summary]]:
-    """Summaries grouped by ``saved_at``: a checkpoint and its writes share one."""
-    group: list[Summary] = []
-    for summary in summaries:
-        if group and summary.saved_at != group[0].saved_at:
-            yield group
-            group = []
-        group.append(summary)
-    if group:
-        yield group
 
 
 def _conflict(thread: Key, why: str) -> ConflictError:
