@@ -55,6 +55,12 @@ applied to the state records after it, and applied again by a reader that finds 
 applied (the writer stopped between the two)."""
 
 
+def scoped_of(meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A session's ``SCOPED`` (``None``: none, or not an object)."""
+    scoped = meta.get(SCOPED)
+    return scoped if isinstance(scoped, dict) else None
+
+
 # -- keys -------------------------------------------------------------------------------------
 
 

@@ -89,6 +89,7 @@ from ._adk_records import (
     merged,
     newer,
     parsed,
+    scoped_of,
     session_key,
     stamped_state,
     state_of,
@@ -423,8 +424,7 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
         kept = latest(history, recent, after)
         start = len(history) - len(kept)
         events = [event_of(key, start + i, entry, saved) for i, entry in enumerate(kept)]
-        scoped = meta.get(SCOPED)
-        app, user = self._scoped(store, ids, scoped if isinstance(scoped, dict) else None)
+        app, user = self._scoped(store, ids, scoped_of(meta))
         session = Session(
             id=ids.sid,
             app_name=ids.app,
@@ -553,6 +553,7 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
         where a newer delta has not set the key since (read alone when all are)."""
         app_at, user_at = app_key(ids.app), user_key(ids.app, ids.user)
         records = store.get_records([app_at, user_at])
+        stamp = scoped.get("at") if scoped is not None else None
         states: list[dict[str, Any]] = []
         for key, record, owner, scope in (
             (app_at, records[0], None, "app"),
@@ -560,7 +561,6 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
         ):
             state, stamps = stamped_state(record, store)
             delta = scoped.get(scope) if scoped is not None else None
-            stamp = scoped.get("at") if scoped is not None else None
             if (
                 isinstance(delta, dict)
                 and isinstance(stamp, list)
@@ -620,14 +620,14 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
         meta = conversation.extra.get(SESSION)
         if not isinstance(meta, dict):
             raise unreadable(f"record {key!r} holds no ADK session ({SESSION})")
-        state, scoped = meta.get("state"), meta.get(SCOPED)
+        state = meta.get("state")
         known = _Known(
             record.summary.revision,
             str(meta.get("write")),
             conversation.history,
             dict(state) if isinstance(state, dict) else {},
             conversation.original_input.message,
-            scoped if isinstance(scoped, dict) else None,
+            scoped_of(meta),
         )
         self._remember(key, known)
         return known
