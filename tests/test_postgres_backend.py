@@ -1233,7 +1233,18 @@ def test_step_11_folds_old_segments_into_their_records_and_drops_their_foreign_k
             store.get("lost")
         assert store.get("k") == ckpt
         assert foreign_keys() == 0 and legacy_rows(admin, schema) == 0
-        admin.execute(sql.SQL("SELECT key, seq, data FROM {} LIMIT 0").format(segs))
+        # the statements of the versions before step 11 that name the table still run
+        old_load = sql.SQL(
+            "SELECT body, CASE WHEN octet_length(t.body) > 0 THEN NULL ELSE ARRAY(SELECT s.data"
+            " FROM {} s WHERE s.key = t.key ORDER BY s.seq) END FROM {} t WHERE t.key = 'k'"
+        ).format(segs, table)
+        assert admin.execute(old_load).fetchone() == (before["k"].body, None)  # type: ignore[union-attr]
+        old_update = sql.SQL(
+            "WITH new AS (UPDATE {} SET revision = revision + 1 WHERE key = 'plain'"
+            " RETURNING key, revision), old AS (DELETE FROM {} WHERE key IN (SELECT key FROM new))"
+            " SELECT revision FROM new"
+        ).format(table, segs)
+        assert admin.execute(old_update).fetchone() is not None
         assert store.delete("k") and store.get("k") is None
         store.setup()  # and again: nothing left to apply
         assert len(ledger(admin, schema)) == len(MIGRATIONS)
