@@ -78,6 +78,7 @@ from ._redis_connect import (
     AsyncClient,
     Client,
     connect,
+    load_topology,
     node_client,
     refresh_topology,
 )
@@ -157,6 +158,7 @@ class RedisBackend(Closable):
         self._page = client.register_script(PAGE)
         self._read = client.register_script(READ)
         self._durability = DurabilityCheck(client, prefix)
+        self._topology = False  # loaded (``load_topology``)
         self._siblings: dict[str, RedisBackend] = {}
 
     @classmethod
@@ -470,6 +472,9 @@ class RedisBackend(Closable):
     def _errors(self, operation: str) -> Iterator[None]:
         with translate_errors(self.name, operation, transient=TRANSIENT, fatal=FATAL):
             try:
+                if not self._topology:
+                    load_topology(self._client)
+                    self._topology = True
                 self._durability()  # a store's first command: redis-py's races can meet it too
                 yield
             except TRANSIENT:
