@@ -21,7 +21,6 @@ import hashlib
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -254,11 +253,13 @@ class PostgresBackend(Closable):
         """``record`` as a new key (``over`` is ``None``) or over the stored record at
         revision ``over``; ``None`` if the key exists, or is not at ``over``, or its owner
         refuses it."""
-        summary = replace(record.summary, size=record.summary.size or len(record.body))
-        params = {**dict(zip(COLUMNS, summary.row(), strict=True)), "body": record.body}
+        s = record.summary
+        size = s.size or len(record.body)
+        params = dict(zip(COLUMNS, s.row(), strict=True))
+        params.update(size=size, revision=over, body=record.body)
         statement = self._sql.insert if over is None else self._sql.update
-        row = conn.execute(statement, {**params, "revision": over}).fetchone()
-        return None if row is None else replace(summary, revision=row[0], owner=row[1])
+        row = conn.execute(statement, params).fetchone()
+        return None if row is None else s.revised(owner=row[1], revision=row[0], size=size)
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         with self._connection("drop") as conn:
