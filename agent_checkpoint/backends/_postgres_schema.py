@@ -299,14 +299,10 @@ def migrate(
                 "CREATE TABLE IF NOT EXISTS {} (table_name text NOT NULL, "
                 "version integer NOT NULL, name text NOT NULL, "
                 "applied_at timestamptz NOT NULL DEFAULT now(), "
-                "PRIMARY KEY (table_name, version))"
+                "older_ok boolean, PRIMARY KEY (table_name, version))"
             ).format(ledger)
         )
-        # whether libraries without the step may use the table (NULL: applied by a library
-        # that did not say, which only ever applied steps every later library knows)
-        conn.execute(
-            sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS older_ok boolean").format(ledger)
-        )
+        says = _ledger_says_older_ok(conn, ledger)
         newest = conn.execute(
             sql.SQL("SELECT max(version) FROM {} WHERE table_name = %s").format(ledger), (table,)
         ).fetchone()
@@ -324,12 +320,42 @@ def migrate(
                 continue
             for statement in statements:
                 conn.execute(sql.SQL(statement).format(**names))
-            conn.execute(
-                sql.SQL(
-                    "INSERT INTO {} (table_name, version, name, older_ok) VALUES (%s, %s, %s, %s)"
-                ).format(ledger),
-                (table, version, title, version not in REFUSES_OLDER),
-            )
+            if says:
+                conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (table_name, version, name, older_ok)"
+                        " VALUES (%s, %s, %s, %s)"
+                    ).format(ledger),
+                    (table, version, title, version not in REFUSES_OLDER),
+                )
+            else:
+                conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (table_name, version, name) VALUES (%s, %s, %s)"
+                    ).format(ledger),
+                    (table, version, title),
+                )
+
+
+def _ledger_says_older_ok(conn: psycopg.Connection[Any], ledger: sql.Identifier) -> bool:
+    """Whether the ledger has its ``older_ok`` column (whether libraries without a step may
+    use the table; NULL where a library before the column applied the step), adding it to a
+    ledger an older library made. A role that does not own the ledger cannot add it: its
+    steps then record nothing (so libraries without them refuse the table), and the owner's
+    next setup that applies a step adds the column."""
+    found = conn.execute(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'older_ok'"
+        " AND NOT attisdropped",
+        (ledger.as_string(conn),),
+    ).fetchone()
+    if found is not None:
+        return True
+    try:
+        with conn.transaction():  # a savepoint: a refusal leaves the setup's transaction usable
+            conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN older_ok boolean").format(ledger))
+    except psycopg.errors.InsufficientPrivilege:
+        return False
+    return True
 
 
 def _check_newer(
