@@ -270,6 +270,15 @@ class Claim:
         self.release()
 
 
+def set_up_leases(access: Access) -> None:
+    """Bring the claims' namespace up to date, where the store has one and opening it sets it
+    up (a PostgreSQL table: ``Store.setup``, so that a role that may not change the schema
+    never has to). A store that never had a claim gets none."""
+    exists = getattr(access.backend, "namespace_exists", None)
+    if callable(exists) and access.call(lambda: exists(LEASES)):
+        access.call(lambda: access.leases)
+
+
 def live_leases(access: Access, limit: int = 1000) -> list[LeaseInfo]:
     """Claims not yet expired, soonest expiry last. A store that never had a claim is not
     changed by asking (no leases folder or table is made)."""

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from ._claims import Access, Claim, LeaseInfo, live_leases
+from ._claims import Access, Claim, LeaseInfo, live_leases, set_up_leases
 from ._codec import Codec
 from ._container import Compression, Keyring, Sealer
 from ._envelope import PAUSED_RUN, Envelope, conversation_of, to_envelope, validate_envelope
@@ -342,9 +342,12 @@ class Store:
     # -- lifecycle -----------------------------------------------------------------------
 
     def setup(self) -> None:
-        """Create what the backend needs (tables, indexes); idempotent. A no-op where none."""
+        """Create what the backend needs (tables, indexes), or bring it up to date: the
+        records', the pieces' of long histories and, where the store has them, the claims';
+        idempotent. A no-op where none."""
         setup = getattr(self._records, "setup", None)  # the segment layer's, with its pieces'
         self._call(setup if callable(setup) else lambda: None)  # a closed store refuses either way
+        set_up_leases(self._claims_access())
 
     def close(self) -> None:
         """Close the backend (its connections, pools and threads; injected clients stay

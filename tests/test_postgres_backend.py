@@ -615,6 +615,28 @@ def test_a_role_that_does_not_own_an_older_ledger_still_sets_up_a_namespace(
     assert flags == [(FUTURE[0], True)]
 
 
+def test_setup_brings_the_claims_table_up_to_date_and_makes_none_for_a_store_without_claims(
+    admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``setup`` (which an operator runs with a role that may change the schema) brings every
+    table of the store up to date, the claims' too: a role that may not then never needs to
+    when it opens them. A store that never had a claim gets no claims table."""
+    leases = "agent_checkpoints$leases"
+    with open_pg(schema) as store:
+        store.setup()
+        store.put(checkpoint("r"), key="k")
+        assert ledger(admin, schema, leases) == []
+        store.setup()
+        assert ledger(admin, schema, leases) == []  # none made
+    with monkeypatch.context() as m, open_pg(schema) as older:
+        m.setattr(postgres, "MIGRATIONS", MIGRATIONS[:10])
+        older.claim("k", "worker-1", ttl=60).release()  # a claims table at step 10
+    assert len(ledger(admin, schema, leases)) == 10
+    with open_pg(schema) as store:
+        store.setup()
+    assert ledger(admin, schema, leases) == [(v, n) for v, n, _ in MIGRATIONS]
+
+
 def test_concurrent_setups_both_succeed_and_apply_each_step_once(admin: Admin, schema: str) -> None:
     stores = [open_pg(schema), open_pg(schema)]
     barrier = threading.Barrier(len(stores))
