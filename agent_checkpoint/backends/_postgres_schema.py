@@ -218,7 +218,7 @@ MIGRATIONS: tuple[Step, ...] = (
                     coalesce((SELECT string_agg(s.data, ','::bytea ORDER BY s.seq)
                         FROM {segments} s WHERE s.key = r.key AND octet_length(s.data) > 0),
                         ''::bytea) AS joined
-                FROM {table} r WHERE octet_length(r.body) = 0 AND r.head IS NOT NULL) f
+                FROM {table} r WHERE r.head IS NOT NULL AND octet_length(r.body) = 0) f
             WHERE t.key = f.key""",
             "DROP TABLE {segments}",
             """CREATE TABLE {segments} (
