@@ -309,6 +309,10 @@ def migrate(
     if newest is not None and newest[0] is not None and newest[0] > latest:
         _check_newer(conn, ledger, schema, table, latest)
         return
+    columns = "table_name, version, name, older_ok" if says else "table_name, version, name"
+    record = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+        ledger, sql.SQL(columns), sql.SQL(", ").join([sql.Placeholder()] * (4 if says else 3))
+    )
     for version, title, statements in steps:
         with conn.transaction():
             conn.execute(lock, (lock_key,))
@@ -320,21 +324,8 @@ def migrate(
                 continue
             for statement in statements:
                 conn.execute(sql.SQL(statement).format(**names))
-            if says:
-                conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {} (table_name, version, name, older_ok)"
-                        " VALUES (%s, %s, %s, %s)"
-                    ).format(ledger),
-                    (table, version, title, version not in REFUSES_OLDER),
-                )
-            else:
-                conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {} (table_name, version, name) VALUES (%s, %s, %s)"
-                    ).format(ledger),
-                    (table, version, title),
-                )
+            flag = (version not in REFUSES_OLDER,) if says else ()
+            conn.execute(record, (table, version, title, *flag))
 
 
 def _ledger_says_older_ok(conn: psycopg.Connection[Any], ledger: sql.Identifier) -> bool:
@@ -363,16 +354,16 @@ def _check_newer(
 ) -> None:
     """Refuse ``table`` if a step newer than ``latest`` (the newest this library knows)
     refuses libraries without it, or did not say whether it does."""
+    newer = "SELECT version, name FROM {} WHERE table_name = %s AND version > %s"
     try:
         refusing = conn.execute(
-            sql.SQL(
-                "SELECT version, name FROM {} WHERE table_name = %s AND version > %s"
-                " AND older_ok IS NOT TRUE ORDER BY version"
-            ).format(ledger),
+            sql.SQL(newer + " AND older_ok IS NOT TRUE ORDER BY version").format(ledger),
             (table, latest),
         ).fetchone()
-    except psycopg.errors.UndefinedColumn:
-        refusing = ("?", "a ledger that does not say")
+    except psycopg.errors.UndefinedColumn:  # no step has said: the first refuses
+        refusing = conn.execute(
+            sql.SQL(newer + " ORDER BY version").format(ledger), (table, latest)
+        ).fetchone()
     if refusing is not None:
         raise BackendError(
             f"postgres setup refused: table {schema}.{table} was migrated by an "
