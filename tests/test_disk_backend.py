@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from agent_checkpoint import Store, UnreadableEnvelopeError, open_store
+from agent_checkpoint.backends._base import Query, Summary
 from agent_checkpoint.backends._disk import DiskBackend, file_name
 from agent_checkpoint.errors import BackendError
 from agent_checkpoint.testing import (
@@ -74,6 +75,31 @@ def test_a_write_interrupted_before_indexing_is_reconciled(tmp_path: Path) -> No
     backend._index.db().execute("UPDATE summaries SET revision = 0, saved_at = 1 WHERE key = 'k'")
     [summary] = store.list().items
     assert (summary.revision, summary.saved_at) == (1, 100)
+    store.close()
+
+
+def test_an_index_update_interrupted_midway_leaves_the_index_as_it_was(tmp_path: Path) -> None:
+    """Ctrl-C while the index settles marks (a listing's reconciliation) rolls the whole
+    transaction back: no summary half-stored, every mark kept, and the thread's connection
+    free for the next write (not left inside a transaction)."""
+    backend = DiskBackend(tmp_path)
+    store = Store(backend)
+    store.put(stamped(checkpoint("r1"), 100), key="a")
+    store.put(stamped(checkpoint("r2"), 200), key="b")
+    index = backend._index
+    before = {s.key: s for s in index.scan(Query(limit=10))}
+    index.db().execute("INSERT INTO pending (key) VALUES ('a'), ('b')")
+
+    def settled() -> Iterator[tuple[str, Summary | None]]:
+        yield "a", None  # would remove a's summary
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        index.settle(settled())
+    assert {s.key: s for s in index.scan(Query(limit=10))} == before
+    assert sorted(index.pending()) == ["a", "b"]
+    store.put(stamped(checkpoint("r3"), 300), key="c")  # the same thread's connection
+    assert [s.key for s in store.list().items] == ["c", "b", "a"]
     store.close()
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,20 @@ _patiently = Retrying(
 )
 
 
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """The block's statements as one transaction, taking the write lock at its start; rolled
+    back whole if the block raises (a power loss or a kill leaves none of it either)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:  # some errors (a full disk) have SQLite roll back itself
+            db.execute("ROLLBACK")
+        raise
+
+
 class SummaryIndex:
     """The index database at ``path``, created if missing, one connection per thread."""
 
@@ -125,14 +140,9 @@ class SummaryIndex:
         if self.durable:
             db.execute("PRAGMA synchronous=FULL")
         try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            with _transaction(db):
                 db.execute("INSERT OR IGNORE INTO pending (key) VALUES (?)", (key,))
                 self._settled(db, settled)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
         finally:
             if self.durable:
                 db.execute("PRAGMA synchronous=NORMAL")
@@ -140,13 +150,8 @@ class SummaryIndex:
     def settle(self, settled: Iterable[tuple[str, Summary | None]]) -> None:
         """Store the summaries of ``settled`` and clear their marks, in one transaction."""
         db = self.db()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with _transaction(db):
             self._settled(db, settled)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     def pending(self) -> list[str]:
         return [k for (k,) in self.db().execute("SELECT key FROM pending")]
@@ -159,14 +164,9 @@ class SummaryIndex:
         if keep_mark:
             self._store(db, key, summary)  # one statement: its own transaction
             return
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with _transaction(db):
             self._store(db, key, summary)
             db.execute("DELETE FROM pending WHERE key = ?", (key,))
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     def _settled(
         self, db: sqlite3.Connection, settled: Iterable[tuple[str, Summary | None]]
@@ -221,17 +221,12 @@ class SummaryIndex:
         """Make ``summaries`` the whole index, with nothing pending."""
         rows = [summary.row() for summary in summaries]
         db = self.db()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with _transaction(db):
             db.execute("DELETE FROM summaries")
             db.execute("DELETE FROM pending")
             db.executemany(
                 f"INSERT OR REPLACE INTO summaries ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", rows
             )
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     def close(self) -> None:
         with self._guard:
