@@ -95,7 +95,7 @@ from ._redis_layout import (
     page_filter,
     summary_of,
 )
-from ._redis_scripts import DROP, KEEP, PAGE, READ, WRITE
+from ._redis_scripts import DROP, KEEP, LEGACY, PAGE, READ, WRITE
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend", "VolatileRedisWarning"]
 
@@ -157,6 +157,7 @@ class RedisBackend(Closable):
         self._keep = client.register_script(KEEP)
         self._page = client.register_script(PAGE)
         self._read = client.register_script(READ)
+        self._legacy_read = client.register_script(LEGACY)
         self._durability = DurabilityCheck(client, prefix)
         self._topology = False  # loaded (``load_topology``)
         self._siblings: dict[str, RedisBackend] = {}
@@ -262,10 +263,7 @@ class RedisBackend(Closable):
     def _legacy(self, key: str) -> Record | None:
         """A record version 0.4 stored in segments: its hash and list in one snapshot."""
         with self._errors("load"):
-            pipe = self._client.pipeline(transaction=True)
-            pipe.hmget(self._record_key(key), LOADED)
-            pipe.lrange(self._keys(key)[1], 0, -1)
-            row, segments = pipe.execute()
+            row, segments = self._legacy_read(self._keys(key), LOADED)
         return self._record(key, row, segments)
 
     def head(self, key: str) -> Summary | None:

@@ -7,7 +7,7 @@ for scripts without a shebang).
 
 from __future__ import annotations
 
-__all__ = ["DROP", "KEEP", "PAGE", "READ", "WRITE"]
+__all__ = ["DROP", "KEEP", "LEGACY", "PAGE", "READ", "WRITE"]
 
 # Shared by WRITE and DROP: remove the index members of the summary stored now, where ``cur``
 # starts with HMGET rev own sn so agent phase.
@@ -203,4 +203,11 @@ for i, rec in ipairs(KEYS) do
   out[i] = row
 end
 return out
+"""
+
+# A record version 0.4 stored in segments, in one atomic step: its hash's fields and its segment
+# list (a MULTI pipeline would do, but redis-py's cluster client refuses one before 6.2).
+# KEYS: the record hash, its segment list. ARGV: the fields (LOADED).
+LEGACY = """
+return {redis.call("HMGET", KEYS[1], unpack(ARGV)), redis.call("LRANGE", KEYS[2], 0, -1)}
 """
