@@ -612,3 +612,34 @@ def test_claims_never_touch_a_store_at_their_namespace(client: Any, prefix: str)
             with pytest.raises(InvalidKeyError, match="namespaces"):
                 s3_store(client, location)
         assert store.get("r") is not None
+
+
+def test_a_botocore_without_conditional_puts_is_refused_when_the_store_opens(
+    tmp_path: Any,
+) -> None:
+    """botocore sends ``If-Match`` on a PUT from 1.35.69 only; an older one would fail every
+    write of the store, each at the write. A real boto3 client given the S3 model of such a
+    botocore (``PutObject`` without ``IfMatch``) is refused at once, naming what to install."""
+    import gzip
+    import json
+
+    import boto3
+    import botocore.session
+
+    from agent_checkpoint.errors import MissingDependencyError
+
+    loader = botocore.session.get_session().get_component("data_loader")
+    model = loader.load_service_model("s3", "service-2")
+    del model["shapes"]["PutObjectRequest"]["members"]["IfMatch"]
+    folder = tmp_path / "s3" / model["metadata"]["apiVersion"]
+    folder.mkdir(parents=True)
+    (folder / "service-2.json.gz").write_bytes(gzip.compress(json.dumps(model).encode()))
+    session = botocore.session.get_session()
+    session.get_component("data_loader").search_paths.insert(0, str(tmp_path))
+    old = boto3.Session(botocore_session=session).client(
+        "s3", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    )
+    with pytest.raises(
+        MissingDependencyError, match=r"botocore 1\.44 or later.*If-Match.*pip install"
+    ):
+        S3Backend(old, "bucket")

@@ -12,6 +12,7 @@ lost reply; the Store's retry settles it.
 
 from __future__ import annotations
 
+import inspect
 import re
 import select
 import time
@@ -27,7 +28,13 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from .._bridge import Awaiting, await_only
-from ..errors import BackendError, InvalidKeyError, StoreError, StoreNotFoundError
+from ..errors import (
+    BackendError,
+    InvalidKeyError,
+    MissingDependencyError,
+    StoreError,
+    StoreNotFoundError,
+)
 
 __all__ = [
     "DEFAULT_READ_TIMEOUT",
@@ -44,6 +51,13 @@ __all__ = [
 ]
 
 RV = TypeVar("RV")
+
+if "timeout" not in inspect.signature(psycopg.Connection.wait).parameters:  # before 3.3.6
+    raise MissingDependencyError(
+        f"the postgresql:// store needs psycopg 3.3.7 or later: psycopg {psycopg.__version__} "
+        "cannot bound a wait for the server by the store's read_timeout (from 3.3.6): "
+        "pip install -U 'localab-checkpoint[postgres]'"
+    )
 
 DEFAULT_READ_TIMEOUT = 20.0
 """Seconds a statement may wait for the server's reply; ``read_timeout=0`` waits forever."""
