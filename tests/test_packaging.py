@@ -115,3 +115,39 @@ def test_the_readme_main_job_runs_as_written(tmp_path: Path) -> None:
     assert lines[0] == "Stored conv-41200 (revision 1, 729 B)"
     assert lines[1].split()[:2] == ["KEY", "SAVED"] and lines[2].split()[0] == "conv-41200"
     assert "  failed     llm at iteration 2 (stage: call-llm)" in lines
+
+
+def test_the_floors_the_suite_runs_on_are_the_lower_bounds_pyproject_declares() -> None:
+    """``scripts/test-floors`` runs the suite on ``scripts/floors.txt``: each lower bound of
+    the core and of the storage extras is pinned there, at exactly that version, so a bound
+    raised or lowered in one place and not the other fails here."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"]
+    declared = list(project["dependencies"])
+    for extra in ("redis", "postgres", "s3", "fsspec", "encryption", "async"):
+        declared += extras[extra]
+    pins = {}
+    for line in (ROOT / "scripts" / "floors.txt").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[name.strip()] = version.strip()
+
+    def padded(version: str) -> tuple[int, ...]:
+        parts = tuple(int(p) for p in version.split("."))
+        return parts + (0,) * (3 - len(parts))
+
+    bounds = {}
+    for requirement in declared:
+        name, _, bound = requirement.partition(">=")
+        if name.startswith("localab-checkpoint"):
+            continue
+        assert bound, f"{requirement!r} declares no lower bound"
+        name = name.strip()
+        if name.endswith("[binary]"):  # psycopg's C build, released with psycopg itself
+            name = name.removesuffix("[binary]")
+            bounds[name + "-binary"] = bound
+        bounds[name] = bound
+    assert {name: padded(pins.get(name, "0")) for name in bounds} == {
+        name: padded(bound) for name, bound in bounds.items()
+    }
