@@ -10,6 +10,7 @@ large ``transcript.json`` is parsed one message at a time. ``dump_line`` writes 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -65,12 +66,30 @@ def loads(raw: bytes) -> Json:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         try:
-            value = _scrub(json.loads(raw.decode("utf-8")))
+            value = _scrub(json.loads(raw.decode("utf-8"), parse_int=_integer, parse_float=_float))
         except RecursionError:
             # orjson stops at 1,024 levels; the fallback must not recurse past Python's limit.
             raise TooDeepError from None
     if too_deep(value):
         raise TooDeepError
+    return value
+
+
+def _integer(text: str) -> int | float:
+    """An integer as orjson reads it: past the 64-bit range (what orjson can write back), a
+    float. The length test comes first: Python refuses ``int()`` of 4,300 digits or more."""
+    if len(text) <= 20:
+        value = int(text)
+        if -(2**63) <= value < 2**64:
+            return value
+    return _float(text)
+
+
+def _float(text: str) -> float:
+    """A number as orjson reads it: one too large for a double is refused, not infinity."""
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError("number is infinity when parsed as double")
     return value
 
 

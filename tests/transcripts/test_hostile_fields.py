@@ -3,6 +3,7 @@ malformed input with the library's error, never a TypeError or RecursionError.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,18 @@ def test_reasoning_summaries_of_another_shape_carry_no_text(tmp_path: Path, summ
     )
     checkpoint, _report = turns_to_checkpoint(list(open_transcript(path)))
     assert checkpoint.history[0].content == "hi"
+
+
+@pytest.mark.parametrize("fmt", ["openai-chat", "anthropic", "openai-responses"])
+def test_an_integer_past_64_bits_beside_a_nan_becomes_text_not_a_type_error(
+    tmp_path: Path, fmt: str
+) -> None:
+    # Python's json.dumps writes NaN, which orjson refuses, so the document is read by the
+    # standard library's decoder; a content that is a huge integer then reached orjson.dumps.
+    wrapper = {"openai-chat": "messages", "anthropic": "messages"}.get(fmt, "input")
+    path = tmp_path / "t.json"
+    path.write_text(
+        json.dumps({wrapper: [{"role": "user", "content": 2**70, "score": float("nan")}]})
+    )
+    checkpoint, _report = turns_to_checkpoint(list(open_transcript(path, format=fmt)))  # type: ignore[arg-type]
+    assert checkpoint.history[0].content == str(float(2**70))

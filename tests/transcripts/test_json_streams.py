@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -124,6 +125,32 @@ def test_lone_surrogates_written_by_javascript_become_replacement_characters(
     path = tmp_path / "t.jsonl"
     path.write_text('{"content": "half an emoji: \\ud83d!"}\n', encoding="utf-8")
     assert [line.value for line in JsonLines(path)] == [{"content": "half an emoji: \ufffd!"}]
+
+
+@pytest.mark.parametrize("number", ["1180591620717411303424", "-9223372036854775809", "1e300"])
+def test_a_line_read_past_a_lone_surrogate_holds_numbers_as_orjson_reads_them(
+    tmp_path: Path, number: str
+) -> None:
+    # A lone surrogate sends the line to the standard library's decoder, whose integers have no
+    # bound; orjson reads one past 64 bits as a float, and could not write the int back.
+    path = tmp_path / "t.jsonl"
+    path.write_text(f'{{"n": {number}, "s": "\\ud83d"}}\n', encoding="utf-8")
+    [line] = JsonLines(path)
+    assert line.value == {"n": orjson.loads(number), "s": "\ufffd"}
+    assert isinstance(line.value["n"], float)  # type: ignore[index]
+
+
+@pytest.mark.parametrize("number", ["9" * 5000, "1e400", "-1e400"])
+def test_a_number_past_a_double_is_refused_past_a_lone_surrogate_too(
+    tmp_path: Path, number: str
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(f'{{"s": "\\ud83d", "n": {number}}}\n', encoding="utf-8")
+    with pytest.raises(
+        MalformedTranscriptError,
+        match=r"line 1 is not valid JSON \(number is infinity when parsed as double\)",
+    ):
+        list(JsonLines(path))
 
 
 @pytest.mark.parametrize(
