@@ -10,7 +10,6 @@ import pty
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -198,32 +197,58 @@ def test_a_long_operation_lists_its_store_a_second_time_only_for_a_terminals_bar
         assert len(copied.list(limit=100).items) == 30
 
 
+# The copy in the child holds its 50th record until Ctrl-C arrives (at most a minute), so the
+# signal always lands mid-copy; the wait is in the real disk backend's save, nothing else.
+_COPY_THAT_WAITS_FOR_CTRL_C = """
+import signal, sys, threading, time
+from agent_checkpoint._cli import main
+from agent_checkpoint.backends._disk import DiskBackend
+
+lock, saves, arrived = threading.Lock(), 0, threading.Event()
+save = DiskBackend.save
+
+def on_ctrl_c(signum, frame):
+    arrived.set()
+    previous(signum, frame)
+
+def waiting_save(self, *args, **kwargs):
+    global saves
+    with lock:
+        saves += 1
+        hold = saves == 50
+    if hold:
+        print("waiting", file=sys.stderr, flush=True)
+        arrived.wait(60)
+    return save(self, *args, **kwargs)
+
+previous = signal.getsignal(signal.SIGINT)
+signal.signal(signal.SIGINT, on_ctrl_c)
+DiskBackend.save = waiting_save
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def test_ctrl_c_during_copy_says_how_far_it_got_and_a_rerun_finishes(tmp_path: Path) -> None:
     src, dst = str(tmp_path / "a"), str(tmp_path / "b")
     total = 1200
     fill(src, total, fsync=False)
+    argv = ["copy", "--store", src, "--to", dst]
     child = subprocess.Popen(
-        [sys.executable, "-m", "agent_checkpoint", "copy", "--store", src, "--to", dst],
+        [sys.executable, "-c", _COPY_THAT_WAITS_FOR_CTRL_C, *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    records = Path(dst) / "records"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and child.poll() is None:
-        if records.is_dir() and sum(1 for _ in records.iterdir()) >= 50:
-            break
-        time.sleep(0.02)
+    assert child.stderr is not None
+    assert child.stderr.readline() == "waiting\n"  # the 50th record is under way
     child.send_signal(signal.SIGINT)
     out, err = child.communicate(timeout=120)
-    if child.returncode == 0:
-        pytest.skip("the copy finished before Ctrl-C reached it")
     assert child.returncode == EXIT["interrupted"], err
     (line,) = err.splitlines()
     prefix, _, rest = line.partition("copying stopped after ")
     assert prefix == "agent-checkpoint: interrupted: " and out == ""
     done = int(rest.split()[0])
-    assert 0 < done < total
+    assert 50 <= done < total  # the records under way when Ctrl-C came are finished
     # no terminal, no bar: the source was not listed a second time to count it
     assert rest == f"{done} record(s); running the same command again carries on"
     rerun = subprocess.run(
