@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from agent_checkpoint import Message, RunCheckpoint, ToolCall, validate_checkpoint
 from agent_checkpoint._model import FailurePoint, Identity, ThinkingBlock
+from agent_checkpoint.errors import InvalidArgumentError
 
 json_scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.text(max_size=20)
@@ -338,3 +339,48 @@ def test_a_read_part_does_not_change_when_the_caller_changes_its_json() -> None:
     assert call.args == {"q": "x"}
     assert checkpoint.history[3].extra == {"futureKey": [1, 2]}
     assert checkpoint.claim_verification == {"checked": ["a"]}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"tool_calls": ({"id": "c", "name": "search", "args": {}},)},
+            r"Message\.tool_calls\[0\] is a dict, not a ToolCall: build it with ToolCall\(\.\.\.\), "
+            r"or read the whole JSON object with Message\.from_json\(\.\.\.\)",
+        ),
+        (
+            {"tool_calls": ToolCall("c", "search", {})},
+            r"Message\.tool_calls is a ToolCall, not a tuple of ToolCall: put the one in a "
+            r"tuple, tool_calls=\(\.\.\.,\)",
+        ),
+        (
+            {"thinking_blocks": [ThinkingBlock("thinking", "t"), "more"]},
+            r"Message\.thinking_blocks\[1\] is a str, not a ThinkingBlock",
+        ),
+        (
+            {"injected_by": {"injectionId": "i", "flavor": "f", "iteration": 1}},
+            r"Message\.injected_by is a dict, not an InjectedBy",
+        ),
+    ],
+)
+def test_a_message_built_with_json_where_a_part_goes_is_refused_where_it_is_built(
+    fields: dict[str, Any], message: str
+) -> None:
+    # Without the check, the mistake surfaced as an AttributeError inside the next put.
+    with pytest.raises(InvalidArgumentError, match=message):
+        Message("assistant", "", **fields)
+
+
+def test_parts_in_a_list_or_read_from_json_are_taken_as_they_are() -> None:
+    calls = [ToolCall("c", "search", {"q": "x"})]
+    built = Message("assistant", "", tool_calls=calls)  # type: ignore[arg-type]
+    read = Message.from_json(
+        {
+            "role": "assistant",
+            "content": "",
+            "toolCalls": [{"id": "c", "name": "search", "args": {"q": "x"}}],
+        }
+    )
+    assert built.to_json() == read.to_json()
+    assert dataclasses.replace(read, content="again").tool_calls == read.tool_calls

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar
 
+from ..errors import InvalidArgumentError
+
 Json = Any
 """A JSON value as orjson reads it: dict, list, str, int, float, bool or None."""
 
@@ -39,6 +41,8 @@ class Codec:
 
     decode: Callable[[Json], Any]
     encode: Callable[[Any], Json] | None = None
+    holds: type[Struct] | None = None  # the part type a field of this codec holds
+    many: bool = False  # a tuple of them
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +252,7 @@ class Struct:
     _ENCODE: ClassVar[tuple[tuple[str, str, Callable[[Any], Json] | None], ...]] = ()
     _SHAPES: ClassVar[dict[tuple[str, ...], Reader | None]] = {}
     _PLAN: ClassVar[_Build] = _Build((), (), False)
+    _PARTS: ClassVar[tuple[tuple[str, type[Struct], bool], ...]] = ()
 
     extra: JsonObject
     key_order: tuple[str, ...] | None
@@ -258,6 +263,17 @@ class Struct:
         cls._BY_KEY = {f.key: f for f in cls.FIELDS}
         cls._ENCODE = tuple((f.key, f.attr, f.codec.encode) for f in cls.FIELDS)
         cls._SHAPES = {}
+        cls._PARTS = tuple(
+            (f.attr, f.codec.holds, f.codec.many) for f in cls.FIELDS if f.codec.holds
+        )
+
+    def __post_init__(self) -> None:
+        # Built by hand (``from_json`` does not come here): a field of parts must hold parts,
+        # or the mistake would surface as an AttributeError deep inside the next put.
+        for attr, kind, many in self._PARTS:
+            value = getattr(self, attr)
+            if value is not None:
+                _check_parts(self, attr, value, kind, many)
 
     @classmethod
     def from_json(cls: type[S], data: JsonObject) -> S:
@@ -381,6 +397,31 @@ class Struct:
         return out
 
 
+def _a(name: str) -> str:
+    return f"{'an' if name[:1] in 'AEIOUaeiou' else 'a'} {name}"
+
+
+def _check_parts(owner: Struct, attr: str, value: Any, kind: type[Struct], many: bool) -> None:
+    where = f"{type(owner).__name__}.{attr}"
+    if not many:
+        items: Sequence[Any] = (value,)
+    elif isinstance(value, (tuple, list)):
+        items = value
+    else:
+        raise InvalidArgumentError(
+            f"{where} is {_a(type(value).__name__)}, not a tuple of {kind.__name__}"
+            + (f": put the one in a tuple, {attr}=(...,)" if isinstance(value, kind) else "")
+        )
+    for i, item in enumerate(items):
+        if not isinstance(item, kind):
+            at = f"{where}[{i}]" if many else where
+            raise InvalidArgumentError(
+                f"{at} is {_a(type(item).__name__)}, not {_a(kind.__name__)}: build it with "
+                f"{kind.__name__}(...), or read the whole JSON object with "
+                f"{type(owner).__name__}.from_json(...)"
+            )
+
+
 def _encode_part(value: Struct) -> Json:
     return value.to_json()
 
@@ -397,7 +438,7 @@ def part(cls: type[Struct]) -> Codec:
             raise Mismatch
         return cls.from_json(value)
 
-    return Codec(decode, _encode_part)
+    return Codec(decode, _encode_part, cls)
 
 
 def parts(cls: type[Struct]) -> Codec:
@@ -412,4 +453,4 @@ def parts(cls: type[Struct]) -> Codec:
                 raise Mismatch
         return read_all(value)
 
-    return Codec(decode, _encode_parts)
+    return Codec(decode, _encode_parts, cls, many=True)
