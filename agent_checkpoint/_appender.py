@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from ._codec import GAP, Digest, count_messages, digest_of, encode_parts, join_parts
 from ._model import Message, RunCheckpoint
+from ._model.messages import messages_json
 from ._segment_format import Split, chain
 from ._validation import validate_checkpoint, validate_messages
 from ._writable import check_tree, check_writable
@@ -93,7 +94,7 @@ class Appender:
         data = checkpoint._head_json()
         check_tree(data, level=2, where="data")
         validate_checkpoint(data)
-        new = [m.to_json() for m in history[start:]]
+        new = messages_json(history[start:], start)
         check_tree(new, level=3, where="data.history", first=start)
         validate_messages(new, start)
         envelope = {"format": "conversation-v1", "data": data, "savedAt": saved_at}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -35,6 +36,7 @@ from ._store_types import (
     RetryPolicy,
     VerifyReport,
     check_key,
+    check_revision,
     decode_cursor,
     encode_cursor,
     to_epoch_ms,
@@ -149,6 +151,8 @@ class Store:
         create_only: bool = False,
     ) -> Summary:
         """Store a checkpoint (or envelope, or its JSON) and return the stored summary."""
+        if if_revision is not None:
+            check_revision(if_revision)
         if (
             isinstance(item, RunCheckpoint)
             and self._writer.appending is not None
@@ -187,6 +191,8 @@ class Store:
         copy carries over on request although they do not decode (``copy
         --include-unreadable``). Nothing else should pass it."""
         key = check_key(record.key)
+        if if_revision is not None:
+            check_revision(if_revision)
         if as_is:
             return self._write(record, if_revision, create_only)
         digest = self._codec.check_stored(record.body, key)
@@ -259,6 +265,8 @@ class Store:
     def delete(self, key: str, *, if_revision: int | None = None) -> bool:
         """Remove a record; ``True`` if it existed."""
         check_key(key)
+        if if_revision is not None:
+            check_revision(if_revision)
         self._appender.forget(key)
         attempts = Attempts(self._records, key)
 
@@ -382,8 +390,12 @@ class Store:
         """
         if not isinstance(worker, str) or not worker:
             raise InvalidKeyError("a claim needs a non-empty worker name")
-        if ttl <= 0:
-            raise InvalidArgumentError(f"ttl must be positive, got {ttl!r}")
+        if (
+            not isinstance(ttl, (int, float))
+            or isinstance(ttl, bool)
+            or not 0 < ttl < math.inf  # NaN fails this too
+        ):
+            raise InvalidArgumentError(f"ttl must be a positive number of seconds, got {ttl!r}")
         return Claim.acquire(self, self._claims_access(), check_key(key), worker, int(ttl * 1000))
 
     def claims(self, *, limit: int = 1000) -> builtins.list[LeaseInfo]:

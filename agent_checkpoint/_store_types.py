@@ -141,6 +141,15 @@ def check_key(key: Any) -> str:
     return key
 
 
+def check_revision(revision: Any) -> None:
+    """An ``if_revision=``: a stored record's revision, a whole number from 1 (not a string,
+    a bool or a float, which would only ever meet a conflict)."""
+    if type(revision) is not int or revision < 1:
+        raise InvalidArgumentError(
+            f"if_revision must be a record's revision, an int from 1, got {revision!r}"
+        )
+
+
 def encode_cursor(summary: Summary) -> str:
     return f"{summary.saved_at}:{summary.key}"
 
@@ -159,6 +168,10 @@ def to_epoch_ms(moment: datetime | int | float, what: str = "time") -> int:
         if moment.tzinfo is None:
             raise InvalidArgumentError("a naive datetime is ambiguous; give one with a timezone")
         return int(moment.timestamp() * 1000)
+    if not isinstance(moment, (int, float)) or isinstance(moment, bool):
+        raise InvalidArgumentError(
+            f"{what} must be a datetime with a timezone or epoch milliseconds, got {moment!r}"
+        )
     if isinstance(moment, float) and not math.isfinite(moment):
         raise InvalidKeyError(f"{what} {moment!r} is not a number of milliseconds")
     return _in_range(int(moment), what)

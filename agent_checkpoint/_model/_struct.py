@@ -397,7 +397,7 @@ class Struct:
         return out
 
 
-def _a(name: str) -> str:
+def with_article(name: str) -> str:
     return f"{'an' if name[:1] in 'AEIOUaeiou' else 'a'} {name}"
 
 
@@ -409,16 +409,16 @@ def _check_parts(owner: Struct, attr: str, value: Any, kind: type[Struct], many:
         items = value
     else:
         raise InvalidArgumentError(
-            f"{where} is {_a(type(value).__name__)}, not a tuple of {kind.__name__}"
+            f"{where} is {with_article(type(value).__name__)}, not a tuple of {kind.__name__}"
             + (f": put the one in a tuple, {attr}=(...,)" if isinstance(value, kind) else "")
         )
     for i, item in enumerate(items):
         if not isinstance(item, kind):
             at = f"{where}[{i}]" if many else where
+            got, wanted = with_article(type(item).__name__), with_article(kind.__name__)
             raise InvalidArgumentError(
-                f"{at} is {_a(type(item).__name__)}, not {_a(kind.__name__)}: build it with "
-                f"{kind.__name__}(...), or read the whole JSON object with "
-                f"{type(owner).__name__}.from_json(...)"
+                f"{at} is {got}, not {wanted}: build it with {kind.__name__}(...), or read the "
+                f"whole JSON object with {type(owner).__name__}.from_json(...)"
             )
 
 

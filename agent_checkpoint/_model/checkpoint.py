@@ -5,10 +5,12 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
+from ..errors import InvalidArgumentError
 from ._history import TYPED
 from ._struct import (
     NUMBER,
@@ -23,8 +25,9 @@ from ._struct import (
     key,
     part,
     parts,
+    with_article,
 )
-from .messages import Message
+from .messages import Message, messages_json
 
 CHECKPOINT_VERSION = 1
 """The record version this library writes and its door accepts."""
@@ -169,7 +172,7 @@ def _read_history(value: Json) -> _Unread:
 def _write_history(value: tuple[Message, ...] | _Unread) -> Json:
     if isinstance(value, _Unread):
         return value.to_json()
-    return [m.to_json() for m in value]
+    return messages_json(value)
 
 
 def _listed(value: tuple[JsonObject, ...]) -> Json:
@@ -270,6 +273,11 @@ class RunCheckpoint(Struct):
         **optional: Any,
     ) -> RunCheckpoint:
         """A checkpoint written now: a fresh run id unless given, ``checkpointedAt`` = now."""
+        if isinstance(history, (str, bytes, Mapping)) or not isinstance(history, Iterable):
+            raise InvalidArgumentError(
+                "history must be a list of Message, not "
+                + ("None" if history is None else with_article(type(history).__name__))
+            )
         return cls(
             run_id=run_id or new_run_id(),
             history=tuple(history),

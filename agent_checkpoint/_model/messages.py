@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ._struct import BOOLEAN, NUMBER, OBJECT, Json, JsonObject, Struct, key, part, parts
+from ..errors import InvalidArgumentError
+from ._struct import (
+    BOOLEAN,
+    NUMBER,
+    OBJECT,
+    Json,
+    JsonObject,
+    Struct,
+    key,
+    part,
+    parts,
+    with_article,
+)
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -117,6 +130,22 @@ _CANONICAL = frozenset(
 )
 """Every key order ``Message.to_json`` writes without the generic loop: role, content, then
 any of the optional keys, each in the runtime's order."""
+
+
+def messages_json(messages: Sequence[Message], first: int = 0) -> list[dict[str, Json]]:
+    """The JSON of ``messages``, a history's from index ``first``. An item that is not a
+    ``Message`` (a dict, a string) is refused by its index, not with an AttributeError."""
+    try:
+        return [m.to_json() for m in messages]
+    except AttributeError:
+        for i, m in enumerate(messages, first):
+            if not isinstance(m, Message):
+                raise InvalidArgumentError(
+                    f"RunCheckpoint.history[{i}] is {with_article(type(m).__name__)}, not a Message: "
+                    "build it with Message(role, content), or read a checkpoint's whole JSON "
+                    "with RunCheckpoint.from_json(...)"
+                ) from None
+        raise
 
 
 def message_json(message: Message | JsonObject) -> dict[str, Json]:

@@ -24,7 +24,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..errors import InvalidArgumentError, InvalidKeyError, MissingDependencyError
+from ..errors import (
+    CheckpointError,
+    InvalidArgumentError,
+    InvalidKeyError,
+    MissingDependencyError,
+)
 from ._base import Backend, Query, Record, Summary, plan_save, resolve_owner, translate_errors
 
 if TYPE_CHECKING:
@@ -235,7 +240,18 @@ def open_backend(url: str, *, create: bool = True, **options: Any) -> Backend:
             f"{scheme} store: unknown option {unknown.group(1)!r} (see docs/backends.md and "
             "the README's store URLs for the options each backend takes)"
         ) from exc
+    except ValueError as exc:  # the driver's own parsing: a port, an endpoint, an option
+        if isinstance(exc, CheckpointError):
+            raise
+        raise InvalidKeyError(f"store URL {_shown(url)!r} cannot be used: {exc}") from exc
     return backend
+
+
+def _shown(url: str) -> str:
+    try:
+        return mask_url(url)
+    except ValueError:  # urlsplit refuses it (a broken IPv6 host): show the scheme alone
+        return f"{url.partition(':')[0]}://..."
 
 
 _UNKNOWN_OPTION = re.compile(r"unexpected keyword argument '([^']+)'")

@@ -1,0 +1,180 @@
+"""Arguments of the wrong type or shape are refused where they are passed, by the library's
+errors naming the argument, never an AttributeError or a bare ValueError from inside; and
+nothing stored changes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from agent_checkpoint import (
+    InvalidArgumentError,
+    InvalidKeyError,
+    Keyring,
+    Message,
+    RunCheckpoint,
+    Store,
+    open_store,
+)
+
+
+@pytest.fixture(params=["plain", "encrypted"])
+def store(request: pytest.FixtureRequest) -> Iterator[Store]:
+    # encrypted: the put that encodes a whole envelope, not the appending one
+    keyring = Keyring({"k1": bytes(range(32))}, "k1") if request.param == "encrypted" else None
+    with open_store("memory://", keyring=keyring) as store:
+        yield store
+
+
+def _run(history: Any) -> RunCheckpoint:
+    return RunCheckpoint.new("task", history, run_id="r")
+
+
+HISTORY_REFUSALS: list[tuple[Any, str]] = [
+    (
+        [Message("user", "hi"), {"role": "assistant", "content": "hello"}],
+        r"RunCheckpoint\.history\[1\] is a dict, not a Message: build it with Message\(role, "
+        r"content\), or read a checkpoint's whole JSON with RunCheckpoint\.from_json\(\.\.\.\)",
+    ),
+    (["hi"], r"RunCheckpoint\.history\[0\] is a str, not a Message"),
+]
+
+
+@pytest.mark.parametrize(("history", "message"), HISTORY_REFUSALS)
+def test_a_history_item_that_is_not_a_message_is_named_by_its_index(
+    store: Store, history: list[Any], message: str
+) -> None:
+    store.put(_run([Message("user", "hi")]), key="k")
+    before = store.get_record("k")
+    with pytest.raises(InvalidArgumentError, match=message):
+        store.put(_run(history), key="k")
+    assert store.get_record("k") == before
+
+
+def test_a_grown_history_names_the_first_new_item_that_is_not_a_message(store: Store) -> None:
+    history: list[Any] = [Message("user", "hi"), Message("assistant", "hello")]
+    store.put(_run(history), key="k")
+    with pytest.raises(InvalidArgumentError, match=r"RunCheckpoint\.history\[3\] is a dict"):
+        store.put(_run([*history, Message("user", "and?"), {"role": "assistant"}]), key="k")
+    assert [m.content for m in store.get("k").history] == ["hi", "hello"]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("history", "message"),
+    [
+        (None, "history must be a list of Message, not None"),
+        ("hello", "history must be a list of Message, not a str"),
+        ({"role": "user", "content": "hi"}, "history must be a list of Message, not a dict"),
+    ],
+)
+def test_a_history_that_is_not_a_list_is_refused_when_the_checkpoint_is_made(
+    history: Any, message: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        RunCheckpoint.new("task", history)
+
+
+BAD_CALLS: list[tuple[str, Callable[[Store], Any], str]] = [
+    (
+        "if_revision a string",
+        lambda s: s.put(_run([]), key="k", if_revision="1"),
+        r"if_revision must be a record's revision, an int from 1, got '1'",
+    ),
+    (
+        "if_revision a bool",
+        lambda s: s.put(_run([]), key="k", if_revision=True),
+        r"if_revision must be a record's revision, an int from 1, got True",
+    ),
+    (
+        "if_revision zero",
+        lambda s: s.put(_run([]), key="k", if_revision=0),
+        r"if_revision must be a record's revision, an int from 1, got 0",
+    ),
+    (
+        "delete's if_revision a float",
+        lambda s: s.delete("k", if_revision=1.0),
+        r"if_revision must be a record's revision, an int from 1, got 1\.0",
+    ),
+    (
+        "put_record's if_revision negative",
+        lambda s: s.put_record(s.get_record("k"), if_revision=-1),  # type: ignore[arg-type]
+        r"if_revision must be a record's revision, an int from 1, got -1",
+    ),
+    (
+        "list before a date string",
+        lambda s: s.list(before="2024-01-01"),
+        r"before must be a datetime with a timezone or epoch milliseconds, got '2024-01-01'",
+    ),
+    (
+        "list since None-like text",
+        lambda s: s.list(since="yesterday"),
+        r"since must be a datetime with a timezone or epoch milliseconds, got 'yesterday'",
+    ),
+    (
+        "claim ttl a string",
+        lambda s: s.claim("k", "w1", ttl="30"),
+        r"ttl must be a positive number of seconds, got '30'",
+    ),
+    (
+        "claim ttl NaN",
+        lambda s: s.claim("k", "w1", ttl=float("nan")),
+        r"ttl must be a positive number of seconds, got nan",
+    ),
+    (
+        "claim ttl infinite",
+        lambda s: s.claim("k", "w1", ttl=float("inf")),
+        r"ttl must be a positive number of seconds, got inf",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"), [c[1:] for c in BAD_CALLS], ids=[c[0] for c in BAD_CALLS]
+)
+def test_a_wrongly_typed_argument_is_named(
+    store: Store, call: Callable[[Store], Any], message: str
+) -> None:
+    store.put(_run([Message("user", "hi")]), key="k")
+    before = store.get_record("k")
+    with pytest.raises(InvalidArgumentError, match=message):
+        call(store)
+    assert store.get_record("k") == before
+    assert store.claims() == []
+
+
+def test_the_arguments_that_were_refused_work_in_their_documented_form(store: Store) -> None:
+    first = store.put(_run([Message("user", "hi")]), key="k")
+    assert store.put(_run([]), key="k", if_revision=first.revision).revision > first.revision
+    moment = datetime(2100, 1, 1, tzinfo=timezone.utc)
+    assert [s.key for s in store.list(before=moment)] == ["k"]
+    assert [s.key for s in store.list(before=int(moment.timestamp() * 1000))] == ["k"]
+    with store.claim("k", "w1", ttl=30) as claim:
+        assert claim.worker == "w1"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (
+            "redis://127.0.0.1:notaport",
+            r"store URL 'redis://127\.0\.0\.1:notaport' cannot be used: ",
+        ),
+        (
+            "redis://user:hunter2@127.0.0.1:99999",
+            r"'redis://user:\*\*\*@127\.0\.0\.1:99999' cannot",
+        ),
+        ("redis://[::1", r"store URL 'redis://\.\.\.' cannot be used: Invalid IPv6 URL"),
+        ("redis://127.0.0.1:6379?socket_timeout=soon", r"cannot be used: .*socket_timeout"),
+        ("s3://bucket?endpoint_url=not-a-url", r"cannot be used: Invalid endpoint: not-a-url"),
+    ],
+)
+def test_a_store_url_its_driver_cannot_parse_is_refused_by_the_library(
+    url: str, message: str
+) -> None:
+    with pytest.raises(InvalidKeyError, match=message) as refused:
+        open_store(url)
+    assert "hunter2" not in str(refused.value)
