@@ -118,6 +118,15 @@ class Sealer:
     max_plain_bytes: int = MAX_PLAIN_BYTES
     _ciphers: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        if self.keyring is not None and not isinstance(self.keyring, Keyring):
+            raise InvalidArgumentError(
+                f"keyring must be a Keyring (or None), not {type(self.keyring).__name__}: "
+                "Keyring({key_id: key}, key_id), or keyring_from_env()"
+            )
+        if self.compress not in (None, "zlib"):
+            raise InvalidArgumentError(f"compress must be 'zlib' or None, not {self.compress!r}")
+
     @property
     def active(self) -> bool:
         return self.keyring is not None or self.compress is not None

@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 from ._model import Json, JsonObject, RunCheckpoint, now_ms
 from ._validation import validate_checkpoint
 from .errors import (
+    InvalidArgumentError,
     InvalidPausedRunError,
     UnknownFormatError,
     UnreadableEnvelopeError,
@@ -90,10 +91,19 @@ class Envelope:
 
 
 def to_envelope(checkpoint: RunCheckpoint, *, saved_at: int | None = None) -> Envelope:
+    if not isinstance(checkpoint, RunCheckpoint):
+        raise InvalidArgumentError(
+            f"to_envelope takes a RunCheckpoint, not {type(checkpoint).__name__} (a checkpoint's "
+            "JSON: RunCheckpoint.from_json)"
+        )
     return Envelope(CONVERSATION, checkpoint, now_ms() if saved_at is None else saved_at)
 
 
 def to_paused_envelope(paused: PausedRun, *, saved_at: int | None = None) -> Envelope:
+    if not isinstance(paused, PausedRun):
+        raise InvalidArgumentError(
+            f"to_paused_envelope takes a PausedRun, not {type(paused).__name__}"
+        )
     return Envelope(PAUSED_RUN, paused, now_ms() if saved_at is None else saved_at)
 
 

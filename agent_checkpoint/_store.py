@@ -319,6 +319,8 @@ class Store:
         """Summaries newest first (ties by key), filtered, one page at a time."""
         if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
             raise InvalidKeyError(f"limit must be between 1 and {MAX_PAGE}, got {limit!r}")
+        if failed is not None and not isinstance(failed, bool):
+            raise InvalidKeyError(f"the failed filter must be True, False or None, got {failed!r}")
         filters = {"owner": owner, "agent_id": agent_id, "phase": phase}
         holdable = all(_holdable(name, value) for name, value in filters.items())
         query = Query(

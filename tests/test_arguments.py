@@ -19,6 +19,8 @@ from agent_checkpoint import (
     RunCheckpoint,
     Store,
     open_store,
+    register_backend,
+    to_envelope,
 )
 
 
@@ -178,3 +180,55 @@ def test_a_store_url_its_driver_cannot_parse_is_refused_by_the_library(
     with pytest.raises(InvalidKeyError, match=message) as refused:
         open_store(url)
     assert "hunter2" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda: RunCheckpoint.from_json(None),
+            r"RunCheckpoint\.from_json needs a JSON object, not None",
+        ),
+        (
+            lambda: RunCheckpoint.from_json([]),
+            r"RunCheckpoint\.from_json needs a JSON object, not a list",
+        ),
+        (
+            lambda: RunCheckpoint.from_json({"runId": "r", "history": "none yet"}),
+            r"RunCheckpoint\.from_json needs an object whose keys runId, history, "
+            r"lastCompletedIteration, originalInput hold values of their JSON types; got keys: "
+            r"runId, history$",
+        ),
+        (
+            lambda: Message.from_json({"role": "user"}),
+            r"Message\.from_json needs an object whose keys role, content",
+        ),
+        (lambda: to_envelope({"runId": "r"}), r"to_envelope takes a RunCheckpoint, not dict"),  # type: ignore[arg-type]
+        (
+            lambda: open_store("memory://", keyring="k1:secret"),  # type: ignore[arg-type]
+            r"keyring must be a Keyring \(or None\), not str",
+        ),
+        (
+            lambda: open_store("memory://", compress="gzip"),
+            r"compress must be 'zlib' or None, not 'gzip'",
+        ),
+        (lambda: register_backend("", "pkg.mod:Backend"), r"a backend scheme is a URL scheme"),
+        (lambda: register_backend("my db", "pkg.mod:Backend"), r"not 'my db'"),
+        (
+            lambda: register_backend("mydb", "pkg.mod.Backend"),
+            r"'package\.module:Class', not 'pkg\.mod\.Backend'",
+        ),
+    ],
+)
+def test_a_value_of_the_wrong_kind_is_refused_by_the_call_that_takes_it(
+    call: Callable[[], Any], message: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        call()
+
+
+def test_a_failed_filter_that_is_not_a_bool_is_refused(store: Store) -> None:
+    with pytest.raises(
+        InvalidKeyError, match=r"the failed filter must be True, False or None, got 'no'"
+    ):
+        store.list(failed="no")  # type: ignore[arg-type]  # truthy: it listed the failed runs

@@ -306,7 +306,9 @@ def test_a_known_key_order_still_keeps_values_of_another_shape_verbatim() -> Non
     assert call.args == {} and call.to_json() == {"id": "c", "name": "n", "args": {}}
     from agent_checkpoint._model._struct import Mismatch
 
-    with pytest.raises(Mismatch):  # a part missing a required key keeps another shape
+    with pytest.raises(Mismatch):  # a part missing a required key keeps another shape...
+        Message._read({"content": "no role"})
+    with pytest.raises(InvalidArgumentError, match=r"got keys: content$"):  # ...asked for: refused
         Message.from_json({"content": "no role"})
 
 

@@ -209,7 +209,7 @@ def test_a_stalled_workers_late_write_is_refused(store_url: str, tmp_path: Path)
     stalled.send_signal(signal.SIGSTOP)  # a worker frozen mid-run (GC pause, swapped out...)
     time.sleep(2.5)
     rescuer = start_worker(store_url, "rescuer", logdir)
-    out, err = rescuer.communicate(timeout=300)
+    rescued, err = rescuer.communicate(timeout=300)
     assert rescuer.returncode == 0, err
     stalled.send_signal(signal.SIGCONT)
     (logdir / "stalled.go").write_text("")
@@ -218,5 +218,7 @@ def test_a_stalled_workers_late_write_is_refused(store_url: str, tmp_path: Path)
     assert f"FAILED {stolen}" in out and "LeaseError" not in err  # reported, refused, no crash
     with open_store(store_url) as store:
         ckpt = store.get(stolen)
-        assert ckpt is not None and ckpt.history[-1].content == "resumed by rescuer"
+        assert ckpt is not None and ckpt.history[-1].content == "resumed by rescuer", (
+            f"the rescuer reported (resumed, failed, skipped): {rescued!r}"
+        )
         assert store.list(failed=True).items == []

@@ -277,7 +277,29 @@ class Struct:
 
     @classmethod
     def from_json(cls: type[S], data: JsonObject) -> S:
-        """Build from a decoded JSON object without validating it (the door does that)."""
+        """Build from a decoded JSON object without validating it (the door does that). An
+        object without a key the type requires, or a value that is not an object, raises
+        ``InvalidArgumentError``."""
+        try:
+            return cls._read(data)
+        except Mismatch:
+            needed = [f.key for f in cls.FIELDS if f.attr in cls._PLAN.required]
+            raise InvalidArgumentError(
+                f"{cls.__name__}.from_json needs an object whose keys {', '.join(needed)} hold "
+                f"values of their JSON types; got keys: {', '.join(map(str, data)) or 'none'}"
+            ) from None
+        except (TypeError, AttributeError):
+            if isinstance(data, Mapping):
+                raise
+            raise InvalidArgumentError(
+                f"{cls.__name__}.from_json needs a JSON object, not "
+                + ("None" if data is None else with_article(type(data).__name__))
+            ) from None
+
+    @classmethod
+    def _read(cls: type[S], data: JsonObject) -> S:
+        """``from_json`` for the parts of a record: a known key of another shape raises
+        ``Mismatch``, and the caller keeps the value verbatim."""
         order = tuple(data)
         shapes = cls._SHAPES
         try:
@@ -302,7 +324,7 @@ class Struct:
         for data in items:
             reader = shapes.get(tuple(data))
             instance = reader(data) if reader is not None else None
-            add(cls.from_json(data) if instance is None else instance)
+            add(cls._read(data) if instance is None else instance)
         return tuple(out)
 
     @classmethod
@@ -436,7 +458,7 @@ def part(cls: type[Struct]) -> Codec:
     def decode(value: Json) -> Struct:
         if not isinstance(value, dict):
             raise Mismatch
-        return cls.from_json(value)
+        return cls._read(value)
 
     return Codec(decode, _encode_part, cls)
 

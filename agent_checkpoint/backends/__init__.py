@@ -109,12 +109,25 @@ def register_backend(
     scheme: str, target: str, *, extra: str | None = None, replace: bool = False
 ) -> None:
     """Map ``scheme`` to ``module:Class``; an existing scheme needs ``replace=True``."""
+    if not isinstance(scheme, str) or not _SCHEME_NAME.fullmatch(scheme):
+        raise InvalidArgumentError(
+            f"a backend scheme is a URL scheme (a letter, then letters, digits, '+', '-' or "
+            f"'.'), not {scheme!r}"
+        )
+    if not isinstance(target, str) or not _TARGET.fullmatch(target):
+        raise InvalidArgumentError(
+            f"a backend target names its class as 'package.module:Class', not {target!r}"
+        )
     scheme = scheme.lower()
     if scheme in _REGISTRY and not replace:
         raise InvalidArgumentError(
             f"scheme {scheme!r} is already registered to {_REGISTRY[scheme].target}"
         )
     _REGISTRY[scheme] = BackendEntry(target, extra)
+
+
+_SCHEME_NAME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+_TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
 def scheme_of(url: str) -> str:

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from agent_checkpoint.errors import CheckpointError, MalformedTranscriptError
-from agent_checkpoint.transcripts import open_transcript, turns_to_checkpoint
+from agent_checkpoint.transcripts import open_transcript, read_turns, turns_to_checkpoint
 
 
 @pytest.mark.parametrize(
@@ -71,3 +71,18 @@ def test_an_integer_past_64_bits_beside_a_nan_becomes_text_not_a_type_error(
     checkpoint, _report = turns_to_checkpoint(list(open_transcript(path, format=fmt)))  # type: ignore[arg-type]
     # what a document orjson could read gives: the float orjson reads, as orjson writes it
     assert checkpoint.history[0].content == orjson.dumps(orjson.loads(str(2**70))).decode()
+
+
+def test_an_injected_by_marker_missing_its_fields_is_noted_not_raised(tmp_path: Path) -> None:
+    # It escaped as the model's private Mismatch exception, outside the error tree.
+    path = tmp_path / "turns.jsonl"
+    path.write_text(
+        '{"role":"user","content":"a","_meta":{"injectedBy":{"flavor":"skill"}}}\n'
+        '{"role":"assistant","content":"b"}\n'
+    )
+    checkpoint, report = turns_to_checkpoint(list(read_turns(path)))
+    assert [m.injected_by for m in checkpoint.history] == [None, None]
+    assert report.lines() == [
+        "not carried into the checkpoint: _meta.injectedBy marker that is not an injectedBy "
+        "object, at turn 1"
+    ]
