@@ -357,11 +357,22 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
             )
             session._storage_update_marker = write
             session.last_update_time = event.timestamp
-            self._commit_event_to_session(session, event)
+            self._commit(session, event)
         scoped = _scoped_of(Scopes.of(delta), event.timestamp, write)
         if scoped is not None:
             await settled(self._store.call(self._apply_scoped, ids, write, scoped))
         return event
+
+    def _commit(self, session: Session, event: Event) -> None:
+        """The event into the in-memory session, as ``BaseSessionService.append_event`` does:
+        through ``_commit_event_to_session`` from google-adk 2.10, its two steps inline
+        before (2.7 to 2.9 have no such method)."""
+        commit = getattr(super(), "_commit_event_to_session", None)
+        if commit is not None:
+            commit(session, event)
+            return
+        self._update_session_state(session, event)
+        session.events.append(event)
 
     # -- one call at a time per session, in this process ---------------------------------------
 
