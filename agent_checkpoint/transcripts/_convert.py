@@ -22,7 +22,9 @@ from typing import Literal
 import orjson
 
 from .._model import InjectedBy, Json, Message, RunCheckpoint, ThinkingBlock, ToolCall
+from .._model._struct import with_article
 from .._validation import validate_checkpoint
+from ..errors import InvalidArgumentError
 from ._turns import (
     Turn,
     call_arguments,
@@ -234,6 +236,11 @@ def turns_to_messages(turns: Iterable[Turn]) -> tuple[list[Message], ConversionR
     converter = Converter()
     out: list[Message] = []
     for i, turn in enumerate(turns):
+        if not isinstance(turn, Turn):
+            raise InvalidArgumentError(
+                f"turns[{i}] is {with_article(type(turn).__name__)}, not a Turn: open_transcript "
+                "and read_turns give Turns, turn_from_json(...) makes one of a JSON object"
+            )
         converter.turn = i
         out.extend(converter.messages(turn))
     return out, ConversionReport(tuple(converter.lost))
@@ -276,7 +283,11 @@ def messages_to_turns(
     model: str | None = None,
 ) -> Iterator[Turn]:
     """Canonical turns for history ``messages`` (every turn stamped ``ts``)."""
-    for message in messages:
+    for i, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise InvalidArgumentError(
+                f"messages[{i}] is {with_article(type(message).__name__)}, not a Message"
+            )
         if message.role == "tool":
             result = make_tool_result(
                 message.tool_call_id or "", message.content, name=message.tool_name

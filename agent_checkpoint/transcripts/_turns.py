@@ -276,8 +276,10 @@ def read_turns(
     name = os.fspath(path)
     try:
         f = open(name, "rb")  # noqa: SIM115 - closed below; a generator cannot use `with` here
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+    except (FileNotFoundError, NotADirectoryError):
         raise TranscriptNotFoundError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise MalformedTranscriptError(f"{name}: not a regular file") from None
     try:
         for number, value in read_values(f, name, max_record_bytes=max_record_bytes):
             yield _turn(value, (name, number))

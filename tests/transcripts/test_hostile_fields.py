@@ -9,8 +9,18 @@ from pathlib import Path
 import orjson
 import pytest
 
-from agent_checkpoint.errors import CheckpointError, MalformedTranscriptError
-from agent_checkpoint.transcripts import open_transcript, read_turns, turns_to_checkpoint
+from agent_checkpoint.errors import (
+    CheckpointError,
+    InvalidArgumentError,
+    MalformedTranscriptError,
+)
+from agent_checkpoint.transcripts import (
+    Turn,
+    messages_to_turns,
+    open_transcript,
+    read_turns,
+    turns_to_checkpoint,
+)
 
 
 @pytest.mark.parametrize(
@@ -86,3 +96,17 @@ def test_an_injected_by_marker_missing_its_fields_is_noted_not_raised(tmp_path: 
         "not carried into the checkpoint: _meta.injectedBy marker that is not an injectedBy "
         "object, at turn 1"
     ]
+
+
+def test_turns_that_are_dicts_are_refused_by_their_index() -> None:
+    turns = [Turn("user", "hi"), {"role": "assistant", "content": "hello"}]
+    with pytest.raises(InvalidArgumentError, match=r"turns\[1\] is a dict, not a Turn"):
+        turns_to_checkpoint(turns)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match=r"messages\[0\] is a dict, not a Message"):
+        list(messages_to_turns([{"role": "user", "content": "hi"}]))  # type: ignore[list-item]
+
+
+def test_a_folder_given_as_a_turn_file_is_named_as_one(tmp_path: Path) -> None:
+    # it was reported as "no such file"
+    with pytest.raises(MalformedTranscriptError, match="not a regular file"):
+        list(read_turns(tmp_path))
