@@ -490,6 +490,26 @@ def test_sweep_deletes_what_is_older_than_the_ttl(tmp_path: Path) -> None:
         AgentCheckpointSaver(str(tmp_path / "store"), ttl={"default_ttl": -1})
 
 
+@pytest.mark.parametrize(
+    ("store", "options", "message"),
+    [
+        (None, {}, r"store must be a store URL, an AsyncStore or a Store, not None"),
+        (5, {}, r"store must be a store URL, an AsyncStore or a Store, not 5"),
+        (
+            "memory://",
+            {"cache_threads": -1},
+            r"cache_threads must be a whole number from 0, got -1",
+        ),
+    ],
+)
+def test_a_saver_made_with_a_store_or_cache_it_cannot_use_is_refused_when_made(
+    store: Any, options: dict[str, Any], message: str
+) -> None:
+    # they were accepted, and failed at the graph's first step
+    with pytest.raises(InvalidArgumentError, match=message):
+        AgentCheckpointSaver(store, **options)
+
+
 def test_the_server_entry_point_opens_the_store_the_environment_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -41,7 +41,12 @@ def async_store_of(
 
 
 def check_options(store: object, options: Mapping[str, Any]) -> None:
-    """Store options go with a URL only: a store given is already open."""
+    """``store`` is a URL or a store, and store options go with a URL only: a store given is
+    already open."""
+    if not isinstance(store, (str, Store, AsyncStore)):
+        raise InvalidArgumentError(
+            f"store must be a store URL, an AsyncStore or a Store, not {store!r}"
+        )
     if not isinstance(store, str) and options:
         raise InvalidArgumentError("store options go with a store URL, not a store")
 

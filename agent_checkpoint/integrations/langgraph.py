@@ -185,6 +185,10 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         if not owner:
             raise InvalidArgumentError("owner must be a non-empty string")
+        if type(cache_threads) is not int or cache_threads < 0:
+            raise InvalidArgumentError(
+                f"cache_threads must be a whole number from 0, got {cache_threads!r}"
+            )
         check_options(store, store_options)
         self.ttl_seconds = _ttl_seconds(ttl)
         self.expires_natively = isinstance(store, str) and store.startswith(
