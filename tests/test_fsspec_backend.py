@@ -222,7 +222,9 @@ def test_entries_left_by_a_crash_are_skipped_and_repair_rebuilds_the_index(root:
 def test_a_claim_rewrites_the_run_under_the_same_index_entry(root: str) -> None:
     """A claim's fence rewrites the run unchanged: the index entry stays as it is (the same
     object, not deleted and written again), and the run lists once at its new revision."""
-    with open_store(f"fsspec+memory://{root}") as store:
+    ticks = iter(range(now_ms(), now_ms() + 10**6))  # each put at a later millisecond: a
+    # put in the same millisecond lists under the same entry, as the claim's fence does
+    with Store(open_store(f"fsspec+memory://{root}").backend, clock=lambda: next(ticks)) as store:
         base = checkpoint("fence")
         store.put(base, key="k")
         index = f"{root}/index"
