@@ -176,5 +176,8 @@ def test_the_framework_floors_are_the_lower_bounds_the_framework_extras_declare(
     assert {name: _padded(pins.get(name, "0")) for name in bounds} == {
         name: _padded(bound) for name, bound in bounds.items()
     }
-    # the test-only packages pinned beside them are the tests' own, not bounds of an extra
+    # beside them, the tests' own packages at the test extra's lower bounds
     assert set(pins) - set(bounds) == {"langgraph", "langgraph-checkpoint-conformance"}
+    test_bounds = dict(r.partition(">=")[::2] for r in extras["test"] if ">=" in r)
+    for name in ("langgraph", "langgraph-checkpoint-conformance"):
+        assert _padded(pins[name]) == _padded(test_bounds[name]), name
