@@ -4,6 +4,7 @@ nothing stored changes."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -18,6 +19,7 @@ from agent_checkpoint import (
     Message,
     RunCheckpoint,
     Store,
+    open_async_store,
     open_store,
     register_backend,
     to_envelope,
@@ -232,3 +234,27 @@ def test_a_failed_filter_that_is_not_a_bool_is_refused(store: Store) -> None:
         InvalidKeyError, match=r"the failed filter must be True, False or None, got 'no'"
     ):
         store.list(failed="no")  # type: ignore[arg-type]  # truthy: it listed the failed runs
+
+
+def test_an_async_store_refuses_the_same_arguments_the_same_way() -> None:
+    # one implementation: the AsyncStore runs the Store's own checks
+    async def refusals() -> list[str]:
+        store = open_async_store("memory://")
+        found = []
+        for call in (
+            lambda: store.put(_run([{"role": "user", "content": "x"}]), key="k"),
+            lambda: store.put(_run([]), key="k", if_revision="1"),
+            lambda: store.claim("k", "w1", ttl="30"),
+        ):
+            with pytest.raises(InvalidArgumentError) as refused:
+                await call()  # type: ignore[no-untyped-call]
+            found.append(str(refused.value).split(":")[0])
+        assert await store.get("k") is None
+        await store.close()
+        return found
+
+    assert asyncio.run(refusals()) == [
+        "RunCheckpoint.history[0] is a dict, not a Message",
+        "if_revision must be a record's revision, an int from 1, got '1'",
+        "ttl must be a positive number of seconds, got '30'",
+    ]
