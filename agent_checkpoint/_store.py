@@ -151,8 +151,7 @@ class Store:
         create_only: bool = False,
     ) -> Summary:
         """Store a checkpoint (or envelope, or its JSON) and return the stored summary."""
-        if if_revision is not None:
-            check_revision(if_revision)
+        check_revision(if_revision)
         if (
             isinstance(item, RunCheckpoint)
             and self._writer.appending is not None
@@ -191,8 +190,7 @@ class Store:
         copy carries over on request although they do not decode (``copy
         --include-unreadable``). Nothing else should pass it."""
         key = check_key(record.key)
-        if if_revision is not None:
-            check_revision(if_revision)
+        check_revision(if_revision)
         if as_is:
             return self._write(record, if_revision, create_only)
         digest = self._codec.check_stored(record.body, key)
@@ -265,8 +263,7 @@ class Store:
     def delete(self, key: str, *, if_revision: int | None = None) -> bool:
         """Remove a record; ``True`` if it existed."""
         check_key(key)
-        if if_revision is not None:
-            check_revision(if_revision)
+        check_revision(if_revision)
         self._appender.forget(key)
         attempts = Attempts(self._records, key)
 

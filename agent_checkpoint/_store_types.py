@@ -142,9 +142,9 @@ def check_key(key: Any) -> str:
 
 
 def check_revision(revision: Any) -> None:
-    """An ``if_revision=``: a stored record's revision, a whole number from 1 (not a string,
-    a bool or a float, which would only ever meet a conflict)."""
-    if type(revision) is not int or revision < 1:
+    """An ``if_revision=``: none, or a stored record's revision, a whole number from 1 (not a
+    string, a bool or a float, which would only ever meet a conflict)."""
+    if revision is not None and (type(revision) is not int or revision < 1):
         raise InvalidArgumentError(
             f"if_revision must be a record's revision, an int from 1, got {revision!r}"
         )

@@ -58,6 +58,13 @@ MAX_SAVED_AT = 253_402_300_799_999
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _UINT64_MAX = 2**64 - 1
+
+
+def writable_int(value: int) -> bool:
+    """Whether orjson writes ``value`` (and reads it back as an int): 64 bits, signed or not."""
+    return _INT64_MIN <= value <= _UINT64_MAX
+
+
 _NOT_STORED = "cannot store this checkpoint"
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
@@ -204,7 +211,7 @@ def _unencodable(
         if isinstance(item, str) and not _utf8(item):
             return _surrogate(_short(path), item)
         if isinstance(item, int) and not isinstance(item, bool):
-            if not _INT64_MIN <= item <= _UINT64_MAX:
+            if not writable_int(item):
                 return InvalidCheckpointError(
                     f"{_NOT_STORED}: {_short(path)} is the integer {item}, beyond the 64 bits "
                     "JSON numbers are written and read back with"

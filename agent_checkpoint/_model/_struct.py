@@ -292,8 +292,7 @@ class Struct:
             if isinstance(data, Mapping):
                 raise
             raise InvalidArgumentError(
-                f"{cls.__name__}.from_json needs a JSON object, not "
-                + ("None" if data is None else with_article(type(data).__name__))
+                f"{cls.__name__}.from_json needs a JSON object, not {kind_of(data)}"
             ) from None
 
     @classmethod
@@ -423,6 +422,11 @@ def with_article(name: str) -> str:
     return f"{'an' if name[:1] in 'AEIOUaeiou' else 'a'} {name}"
 
 
+def kind_of(value: Any) -> str:
+    """What a refused value is, for an error: ``None``, ``a dict``, ``an int``."""
+    return "None" if value is None else with_article(type(value).__name__)
+
+
 def _check_parts(owner: Struct, attr: str, value: Any, kind: type[Struct], many: bool) -> None:
     where = f"{type(owner).__name__}.{attr}"
     if not many:
@@ -431,16 +435,16 @@ def _check_parts(owner: Struct, attr: str, value: Any, kind: type[Struct], many:
         items = value
     else:
         raise InvalidArgumentError(
-            f"{where} is {with_article(type(value).__name__)}, not a tuple of {kind.__name__}"
+            f"{where} is {kind_of(value)}, not a tuple of {kind.__name__}"
             + (f": put the one in a tuple, {attr}=(...,)" if isinstance(value, kind) else "")
         )
     for i, item in enumerate(items):
         if not isinstance(item, kind):
             at = f"{where}[{i}]" if many else where
-            got, wanted = with_article(type(item).__name__), with_article(kind.__name__)
             raise InvalidArgumentError(
-                f"{at} is {got}, not {wanted}: build it with {kind.__name__}(...), or read the "
-                f"whole JSON object with {type(owner).__name__}.from_json(...)"
+                f"{at} is {kind_of(item)}, not {with_article(kind.__name__)}: build it with "
+                f"{kind.__name__}(...), or read the whole JSON object with "
+                f"{type(owner).__name__}.from_json(...)"
             )
 
 

@@ -23,9 +23,9 @@ from ._struct import (
     Struct,
     copied,
     key,
+    kind_of,
     part,
     parts,
-    with_article,
 )
 from .messages import Message, messages_json
 
@@ -274,10 +274,7 @@ class RunCheckpoint(Struct):
     ) -> RunCheckpoint:
         """A checkpoint written now: a fresh run id unless given, ``checkpointedAt`` = now."""
         if isinstance(history, (str, bytes, Mapping)) or not isinstance(history, Iterable):
-            raise InvalidArgumentError(
-                "history must be a list of Message, not "
-                + ("None" if history is None else with_article(type(history).__name__))
-            )
+            raise InvalidArgumentError(f"history must be a list of Message, not {kind_of(history)}")
         return cls(
             run_id=run_id or new_run_id(),
             history=tuple(history),

@@ -15,9 +15,9 @@ from ._struct import (
     JsonObject,
     Struct,
     key,
+    kind_of,
     part,
     parts,
-    with_article,
 )
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -141,7 +141,7 @@ def messages_json(messages: Sequence[Message], first: int = 0) -> list[dict[str,
         for i, m in enumerate(messages, first):
             if not isinstance(m, Message):
                 raise InvalidArgumentError(
-                    f"RunCheckpoint.history[{i}] is {with_article(type(m).__name__)}, not a Message: "
+                    f"RunCheckpoint.history[{i}] is {kind_of(m)}, not a Message: "
                     "build it with Message(role, content), or read a checkpoint's whole JSON "
                     "with RunCheckpoint.from_json(...)"
                 ) from None

@@ -22,7 +22,7 @@ from typing import Literal
 import orjson
 
 from .._model import InjectedBy, Json, Message, RunCheckpoint, ThinkingBlock, ToolCall
-from .._model._struct import with_article
+from .._model._struct import kind_of
 from .._validation import validate_checkpoint
 from ..errors import InvalidArgumentError
 from ._turns import (
@@ -238,7 +238,7 @@ def turns_to_messages(turns: Iterable[Turn]) -> tuple[list[Message], ConversionR
     for i, turn in enumerate(turns):
         if not isinstance(turn, Turn):
             raise InvalidArgumentError(
-                f"turns[{i}] is {with_article(type(turn).__name__)}, not a Turn: open_transcript "
+                f"turns[{i}] is {kind_of(turn)}, not a Turn: open_transcript "
                 "and read_turns give Turns, turn_from_json(...) makes one of a JSON object"
             )
         converter.turn = i
@@ -285,9 +285,7 @@ def messages_to_turns(
     """Canonical turns for history ``messages`` (every turn stamped ``ts``)."""
     for i, message in enumerate(messages):
         if not isinstance(message, Message):
-            raise InvalidArgumentError(
-                f"messages[{i}] is {with_article(type(message).__name__)}, not a Message"
-            )
+            raise InvalidArgumentError(f"messages[{i}] is {kind_of(message)}, not a Message")
         if message.role == "tool":
             result = make_tool_result(
                 message.tool_call_id or "", message.content, name=message.tool_name

@@ -21,7 +21,7 @@ from typing import BinaryIO, Literal
 import orjson
 
 from .._model import Json
-from .._writable import MAX_DEPTH, dumps, too_deep
+from .._writable import MAX_DEPTH, dumps, too_deep, writable_int
 from ._errors import MalformedTranscriptError
 
 __all__ = [
@@ -80,7 +80,7 @@ def _integer(text: str) -> int | float:
     float. The length test comes first: Python refuses ``int()`` of 4,300 digits or more."""
     if len(text) <= 20:
         value = int(text)
-        if -(2**63) <= value < 2**64:
+        if writable_int(value):
             return value
     return _float(text)
 
