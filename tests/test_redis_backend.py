@@ -4,7 +4,9 @@ native expiry, and the warning about a server that keeps nothing on disk."""
 
 from __future__ import annotations
 
+import asyncio
 import random
+import sys
 import threading
 import time
 import uuid
@@ -23,7 +25,7 @@ from support.redis_legacy import write_old_split_record
 from support.redis_server import RedisServer, need_redis_server
 from support.services import REDIS_URL, service_missing
 
-from agent_checkpoint import Store, open_store
+from agent_checkpoint import Store, open_async_store, open_store
 from agent_checkpoint._model import Message, RunCheckpoint
 from agent_checkpoint._segment_format import Layout
 from agent_checkpoint._segments import PIECES, Segmented
@@ -523,6 +525,40 @@ def test_a_server_with_aof_is_not_reported() -> None:
             store.put(checkpoint(), key="k")
             assert store.get("k") is not None
         assert volatile_warnings(caught) == 0
+
+
+def test_the_warning_names_the_callers_line_sync_and_async() -> None:
+    """The warning points at the line of the program that made the call (a ``module=``
+    filter and a reader of the warning can find it), not at a frame inside the library:
+    it named contextlib.py, whichever the path."""
+    need_redis_server()
+    with RedisServer(appendonly=False) as server:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with open_store(server.url) as store:
+                line = sys._getframe().f_lineno + 1
+                store.put(checkpoint(), key="k")
+        [warning] = [w for w in caught if issubclass(w.category, VolatileRedisWarning)]
+        assert (warning.filename, warning.lineno) == (__file__, line)
+
+        async def through_the_async_store() -> int:
+            async with open_async_store(server.url) as store:
+                line = sys._getframe().f_lineno + 1
+                await store.get("k")
+                return line
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            line = asyncio.run(through_the_async_store())
+        [warning] = [w for w in caught if issubclass(w.category, VolatileRedisWarning)]
+        assert (warning.filename, warning.lineno) == (__file__, line)
+
+        # so a filter on the caller's module silences it, and only there
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", category=VolatileRedisWarning)
+            warnings.filterwarnings("ignore", category=VolatileRedisWarning, module=__name__)
+            with open_store(server.url) as store:
+                store.get("k")
 
 
 def test_close_releases_a_client_the_store_made_and_leaves_an_injected_one_open(

@@ -5,11 +5,11 @@ disk, and the warning it gives when the server does not.
 from __future__ import annotations
 
 import threading
-import warnings
 from typing import Any
 
 from redis.exceptions import ClusterDownError, RedisClusterException, RedisError, ResponseError
 
+from .._caller import warn_caller
 from ._redis_connect import Client, is_cluster, store_node
 
 __all__ = ["DurabilityCheck", "VolatileRedisWarning"]
@@ -51,12 +51,11 @@ class DurabilityCheck:
             return  # unreachable now: the operation itself will report it
         self.checked = True
         if appendonly == "no" and save == "":
-            warnings.warn(
+            warn_caller(
                 f"the Redis server behind store prefix {self._prefix!r} keeps no data on disk "
                 "(appendonly no, save ''): a restart loses every checkpoint; enable AOF "
                 "(appendonly yes)",
                 VolatileRedisWarning,
-                stacklevel=4,
             )
 
     def _settings(self) -> tuple[str | None, str | None]:
