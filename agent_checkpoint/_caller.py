@@ -49,13 +49,15 @@ def warn_caller(message: str, category: type[Warning]) -> None:
     if frame is None:  # called from nowhere but this library (a thread of its own, say)
         warnings.warn(message, category, stacklevel=2)
         return
-    module_globals = frame.f_globals
+    where = frame.f_globals
+    # No module_globals, as warnings.warn passes none: with them, the source line is asked of
+    # the module's loader, and the loader of a module run as ``python -m pkg.mod`` refuses
+    # the name ``__main__`` (ImportError). Without them it is read from the file, by name.
     warnings.warn_explicit(
         message,
         category,
         frame.f_code.co_filename,
         frame.f_lineno,
-        module=module_globals.get("__name__", "<string>"),
-        registry=module_globals.setdefault("__warningregistry__", {}),
-        module_globals=module_globals,
+        module=where.get("__name__", "<string>"),
+        registry=where.setdefault("__warningregistry__", {}),
     )

@@ -5,7 +5,9 @@ native expiry, and the warning about a server that keeps nothing on disk."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -14,6 +16,7 @@ import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, ClassVar
 
 import orjson
@@ -559,6 +562,37 @@ def test_the_warning_names_the_callers_line_sync_and_async() -> None:
             warnings.filterwarnings("ignore", category=VolatileRedisWarning, module=__name__)
             with open_store(server.url) as store:
                 store.get("k")
+
+
+def test_the_warning_reaches_a_module_run_with_python_m(tmp_path: Path) -> None:
+    """A program run as ``python -m pkg.mod`` gets the warning with its own line, not an
+    ImportError from the module's loader, which cannot look up source for ``__main__``
+    (a first version of the caller's attribution asked it, and the store call failed)."""
+    need_redis_server()
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    with RedisServer(appendonly=False) as server:
+        (tmp_path / "pkg" / "mod.py").write_text(
+            "import warnings\n"
+            "from agent_checkpoint import open_store\n"
+            "from agent_checkpoint.testing import checkpoint\n"
+            "warnings.simplefilter('always')\n"
+            f"with open_store({server.url!r}) as store:\n"
+            "    store.put(checkpoint(), key='k')  # line 6\n"
+            "    print(store.get('k') is None)\n"
+        )
+        ran = subprocess.run(
+            [sys.executable, "-m", "pkg.mod"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "False\n"
+    assert f"{tmp_path / 'pkg' / 'mod.py'}:6: VolatileRedisWarning" in ran.stderr
+    assert "store.put(checkpoint(), key='k')  # line 6" in ran.stderr  # its source line
 
 
 def test_close_releases_a_client_the_store_made_and_leaves_an_injected_one_open(
