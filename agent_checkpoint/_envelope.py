@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from ._model import Json, JsonObject, RunCheckpoint, now_ms
+from ._model._struct import kind_of
 from ._validation import validate_checkpoint
 from .errors import (
     InvalidArgumentError,
@@ -93,7 +94,7 @@ class Envelope:
 def to_envelope(checkpoint: RunCheckpoint, *, saved_at: int | None = None) -> Envelope:
     if not isinstance(checkpoint, RunCheckpoint):
         raise InvalidArgumentError(
-            f"to_envelope takes a RunCheckpoint, not {type(checkpoint).__name__} (a checkpoint's "
+            f"to_envelope takes a RunCheckpoint, not {kind_of(checkpoint)} (a checkpoint's "
             "JSON: RunCheckpoint.from_json)"
         )
     return Envelope(CONVERSATION, checkpoint, now_ms() if saved_at is None else saved_at)
@@ -101,9 +102,7 @@ def to_envelope(checkpoint: RunCheckpoint, *, saved_at: int | None = None) -> En
 
 def to_paused_envelope(paused: PausedRun, *, saved_at: int | None = None) -> Envelope:
     if not isinstance(paused, PausedRun):
-        raise InvalidArgumentError(
-            f"to_paused_envelope takes a PausedRun, not {type(paused).__name__}"
-        )
+        raise InvalidArgumentError(f"to_paused_envelope takes a PausedRun, not {kind_of(paused)}")
     return Envelope(PAUSED_RUN, paused, now_ms() if saved_at is None else saved_at)
 
 

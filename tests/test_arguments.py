@@ -205,7 +205,10 @@ def test_a_store_url_its_driver_cannot_parse_is_refused_by_the_library(
             lambda: Message.from_json({"role": "user"}),
             r"Message\.from_json needs an object whose keys role, content",
         ),
-        (lambda: to_envelope({"runId": "r"}), r"to_envelope takes a RunCheckpoint, not dict"),  # type: ignore[arg-type]
+        (
+            lambda: to_envelope({"runId": "r"}),
+            r"to_envelope takes a RunCheckpoint, not a dict \(a checkpoint's JSON: RunCheckpoint.from_json\)",
+        ),  # type: ignore[arg-type]
         (
             lambda: open_store("memory://", keyring="k1:secret"),  # type: ignore[arg-type]
             r"keyring must be a Keyring \(or None\), not str",

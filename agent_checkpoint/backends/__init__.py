@@ -101,8 +101,10 @@ installed (then they name the extra to install); with fsspec, its own registry d
 registry = MappingProxyType(_REGISTRY)
 """Read-only view of scheme -> entry."""
 
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_URL_LIKE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(//|/|:)?")
+_SCHEME_NAME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")  # RFC 3986's scheme
+_SCHEME = re.compile(rf"^({_SCHEME_NAME.pattern})://")
+_URL_LIKE = re.compile(rf"^({_SCHEME_NAME.pattern}):(//|/|:)?")
+_TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")  # package.module:Class
 
 
 def register_backend(
@@ -124,10 +126,6 @@ def register_backend(
             f"scheme {scheme!r} is already registered to {_REGISTRY[scheme].target}"
         )
     _REGISTRY[scheme] = BackendEntry(target, extra)
-
-
-_SCHEME_NAME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
-_TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
 def scheme_of(url: str) -> str:
