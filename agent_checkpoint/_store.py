@@ -99,6 +99,7 @@ class Store:
         max_record_bytes: int | None = None,
         clock: Callable[[], int] = now_ms,
     ) -> None:
+        check_backend(backend)
         self.backend = backend
         """The backend this store runs on. Go through the store's methods rather than this:
         they hold the checks, retries and segment handling every backend gets."""
@@ -605,6 +606,25 @@ def open_store(
         compress=compress,
         migrations=migrations,
     )
+
+
+_OPERATIONS = ("load", "head", "save", "drop", "scan", "close")
+
+
+def check_backend(backend: object) -> None:
+    """Refuse, at once, a ``Store`` built on something that is no backend: a URL or a path
+    (``open_store`` opens those), or an object without the record operations."""
+    if isinstance(backend, (str, os.PathLike)):
+        raise InvalidArgumentError(
+            f"Store() takes a backend object, not the URL or path {backend!r}: "
+            f"use open_store({backend!r}) to open a store by URL"
+        )
+    missing = [name for name in _OPERATIONS if not callable(getattr(backend, name, None))]
+    if missing:
+        raise InvalidArgumentError(
+            f"Store() takes a backend (an object with {', '.join(_OPERATIONS)}), "
+            f"got {type(backend).__name__} without {', '.join(missing)}"
+        )
 
 
 def store_on(

@@ -261,3 +261,19 @@ def test_an_async_store_refuses_the_same_arguments_the_same_way() -> None:
         "if_revision must be a record's revision, an int from 1, got '1'",
         "ttl must be a positive number of seconds, got '30'",
     ]
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ("postgresql://postgres@127.0.0.1/test", "use open_store('postgresql://"),
+        ("./checkpoints", "use open_store('./checkpoints')"),
+        (None, "got NoneType without load, head, save, drop, scan, close"),
+        ({"url": "memory://"}, "got dict without load"),
+    ],
+)
+def test_a_store_built_on_what_is_no_backend_is_refused_at_once(given: Any, named: str) -> None:
+    # before: Store("postgresql://...") was built, and its first call raised
+    # AttributeError: 'str' object has no attribute 'scan'
+    with pytest.raises(InvalidArgumentError, match=re.escape(named)):
+        Store(given)

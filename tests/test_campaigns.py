@@ -219,3 +219,38 @@ def test_kb3_kb5_fields_of_the_wrong_json_type_are_refused_not_crashed_on(
 def test_kb4_refusing_a_decompression_bomb_takes_bounded_memory() -> None:
     size, peak_mb = fuzz.bomb_probe(8)  # an 8 KiB record holding 8 MiB of zeros
     assert peak_mb <= fuzz.AMPLIFICATION_LIMIT * 8, f"{size} bytes in, {peak_mb:.0f} MB peak"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["stress.crash", "--backend", "disk,redis", "--trials", "2"],
+        ["stress.races", "--backend", "disk,redis", "--rounds", "2"],
+        ["stress.faults", "--backend", "redis", "--cycles", "1", "--episodes", "latency"],
+        ["stress.fuzz", "--inputs", "20"],
+    ],
+    ids=lambda command: command[0],
+)
+def test_each_campaign_runs_as_documented_with_python_m(command: list[str]) -> None:
+    """RELIABILITY.md runs the campaigns as ``python -m stress.<name>``; the tests above import
+    them. A program started with ``-m`` is ``__main__``, which once made the Redis durability
+    warning raise ImportError in every write of the crash campaign."""
+    import socket
+    import subprocess
+
+    try:
+        socket.create_connection(("127.0.0.1", 6379), timeout=2).close()
+    except OSError as exc:
+        service_missing("redis", str(exc))
+    ran = subprocess.run(
+        [sys.executable, "-m", *command],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert "Traceback" not in ran.stderr, ran.stderr[-3000:]
+    output = ran.stdout + ran.stderr  # the fault campaign reports on stderr
+    rows = [line for line in output.splitlines() if line.startswith("|")]
+    assert len(rows) >= 3, output  # a header, its rule and at least one backend's row
