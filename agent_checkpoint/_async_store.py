@@ -30,8 +30,8 @@ from ._claims import Claim, Lease
 from ._container import Compression, Keyring
 from ._envelope import Envelope
 from ._migrations import Migrations
-from ._store import DEFAULT_STORE_PATH, STORE_ENV, Store, store_on
-from ._store_types import RetryPolicy
+from ._store import Store, check_options, store_on, store_url
+from ._store_types import RetryPolicy, check_count
 from .backends import open_backend, route
 from .backends._base import Record, Summary
 from .errors import StoreClosedError
@@ -263,7 +263,7 @@ class AsyncClaim(_Closing):
 
 
 def open_async_store(
-    url: str | None = None,
+    url: str | os.PathLike[str] | None = None,
     *,
     create: bool = True,
     keyring: Keyring | None = None,
@@ -277,7 +277,11 @@ def open_async_store(
     """An ``AsyncStore`` on the backend ``url`` names: the same URLs and options as
     ``open_store``. Redis and PostgreSQL URLs get the drivers' asyncio clients (their pool
     options as usual: ``max_size=``...); other backends run on ``threads`` threads."""
-    url = url or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
+    url = store_url(url)
+    check_options(
+        create=create, migrations=migrations, retry=retry, max_record_bytes=max_record_bytes
+    )
+    check_count(threads, "threads", least=1)
     _, entry = route(url)  # an unknown scheme is refused here, at once
 
     def opener() -> tuple[Store, _Runner]:

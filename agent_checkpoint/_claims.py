@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from ._store_types import ttl_ms
 from ._store_writes import Caller
 from .backends._base import Backend, Namespaced, Query, Record, Summary
 from .errors import (
@@ -239,7 +240,7 @@ class Claim:
     def renew(self, ttl: float) -> None:
         """Extend the lease to ``ttl`` seconds from now; ``LeaseError`` if it was lost."""
         self._check()
-        renewed = replace(self.lease, expires_at=self._access.now() + int(ttl * 1000))
+        renewed = replace(self.lease, expires_at=self._access.now() + ttl_ms(ttl))
         leases = self._access.leases
         try:
             saved = self._access.call(

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from ._store import Store
+from ._store import Store, check_store
 from ._store_types import VerifyReport
 from .backends._base import Record
 from .errors import (
@@ -76,6 +76,8 @@ def copy_records(
     network backend; ``report`` (filled in as records are copied) tells how far an
     interrupted copy got.
     """
+    check_store(source, "copy_records source")
+    check_store(target, "copy_records target")
     report = report if report is not None else CopyReport()
     lock = threading.Lock()
 
@@ -154,6 +156,7 @@ def migrate_records(
     store: Store, *, dry_run: bool = False, on_record: Tick = _noop
 ) -> MigrateReport:
     """Rewrite every record stored in an older version at ``store.migrations.current``."""
+    check_store(store, "migrate_records")
     report = MigrateReport()
     for summary in store.iter_summaries(page_size=500):
         on_record()
@@ -192,6 +195,7 @@ class RekeyReport:
 
 def rekey_records(store: Store, *, on_record: Tick = _noop) -> RekeyReport:
     """Re-encrypt every record under the keyring's primary key (and current compression)."""
+    check_store(store, "rekey_records")
     report = RekeyReport()
     for summary in store.iter_summaries(page_size=500):
         on_record()
@@ -226,4 +230,5 @@ def verify_store(
     store: Store, *, repair: bool = False, on_record: Tick = _noop, grace: float = 300.0
 ) -> VerifyReport:
     """``store.verify(...)``: decode every record and check the index against the records."""
+    check_store(store, "verify_store")
     return store.verify(repair=repair, grace=grace, on_record=on_record)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -35,11 +34,14 @@ from ._store_types import (
     Page,
     RetryPolicy,
     VerifyReport,
+    check_count,
+    check_flag,
     check_key,
     check_revision,
     decode_cursor,
     encode_cursor,
     to_epoch_ms,
+    ttl_ms,
 )
 from ._store_writes import Attempts, Writer, summary_for
 from .backends import open_backend
@@ -100,6 +102,9 @@ class Store:
         clock: Callable[[], int] = now_ms,
     ) -> None:
         check_backend(backend)
+        check_options(retry=retry, max_record_bytes=max_record_bytes)
+        if codec is not None and not isinstance(codec, Codec):
+            raise InvalidArgumentError(f"codec must be a Codec, got {codec!r}")
         self.backend = backend
         """The backend this store runs on. Go through the store's methods rather than this:
         they hold the checks, retries and segment handling every backend gets."""
@@ -125,6 +130,7 @@ class Store:
 
     @max_record_bytes.setter
     def max_record_bytes(self, limit: int | None) -> None:
+        check_record_limit(limit)
         self._writer.max_record_bytes = limit
 
     # -- writing -------------------------------------------------------------------------
@@ -153,6 +159,7 @@ class Store:
     ) -> Summary:
         """Store a checkpoint (or envelope, or its JSON) and return the stored summary."""
         check_revision(if_revision)
+        check_flag(create_only, "create_only")
         if (
             isinstance(item, RunCheckpoint)
             and self._writer.appending is not None
@@ -192,6 +199,7 @@ class Store:
         --include-unreadable``). Nothing else should pass it."""
         key = check_key(record.key)
         check_revision(if_revision)
+        check_flag(create_only, "create_only")
         if as_is:
             return self._write(record, if_revision, create_only)
         digest = self._codec.check_stored(record.body, key)
@@ -211,6 +219,10 @@ class Store:
     def get_records(self, keys: Sequence[str]) -> builtins.list[Record | None]:
         """``[get_record(k) for k in keys]``, in one round trip where the backend reads
         several records at once (Redis, PostgreSQL; S3 and fsspec in parallel)."""
+        if isinstance(keys, (str, bytes)):
+            raise InvalidArgumentError(
+                f"get_records takes a list of keys, not the one key {keys!r}: use get_record"
+            )
         checked = [check_key(key) for key in keys]
         if not checked:
             return []
@@ -282,6 +294,7 @@ class Store:
 
     def forget_older_than(self, cutoff: datetime | int | float, *, limit: int = 1000) -> Forgotten:
         """Delete records saved strictly before ``cutoff``, oldest first, at most ``limit``."""
+        check_count(limit, "limit", least=1)
         before = to_epoch_ms(cutoff, "cutoff")
         victims = self._call(
             lambda: self._records.scan(
@@ -315,7 +328,7 @@ class Store:
         cursor: str | None = None,
     ) -> Page:
         """Summaries newest first (ties by key), filtered, one page at a time."""
-        if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        if type(limit) is not int or not 1 <= limit <= MAX_PAGE:
             raise InvalidKeyError(f"limit must be between 1 and {MAX_PAGE}, got {limit!r}")
         if failed is not None and not isinstance(failed, bool):
             raise InvalidKeyError(f"the failed filter must be True, False or None, got {failed!r}")
@@ -390,13 +403,7 @@ class Store:
         """
         if not isinstance(worker, str) or not worker:
             raise InvalidKeyError("a claim needs a non-empty worker name")
-        if (
-            not isinstance(ttl, (int, float))
-            or isinstance(ttl, bool)
-            or not 0 < ttl < math.inf  # NaN fails this too
-        ):
-            raise InvalidArgumentError(f"ttl must be a positive number of seconds, got {ttl!r}")
-        return Claim.acquire(self, self._claims_access(), check_key(key), worker, int(ttl * 1000))
+        return Claim.acquire(self, self._claims_access(), check_key(key), worker, ttl_ms(ttl))
 
     def claims(self, *, limit: int = 1000) -> builtins.list[LeaseInfo]:
         """Live claims: key, worker and expiry (epoch ms)."""
@@ -577,7 +584,7 @@ def _default_key(envelope: Mapping[str, Any]) -> str:
 
 
 def open_store(
-    url: str | None = None,
+    url: str | os.PathLike[str] | None = None,
     *,
     create: bool = True,
     keyring: Keyring | None = None,
@@ -596,7 +603,10 @@ def open_store(
     compresses them; either wraps records in the container of ``_container.py``.
     ``backend_options`` go to the backend (``prefix=``, ``schema=``, a ready ``client=``...).
     """
-    url = url or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
+    url = store_url(url)
+    check_options(
+        create=create, migrations=migrations, retry=retry, max_record_bytes=max_record_bytes
+    )
     backend = open_backend(url, create=create, **backend_options)
     return store_on(
         backend,
@@ -608,7 +618,54 @@ def open_store(
     )
 
 
+def store_url(url: str | os.PathLike[str] | None) -> str:
+    """The URL ``open_store`` opens: ``url`` (a path may be a ``pathlib.Path``), else
+    ``$AGENT_CHECKPOINT_STORE``, else the default folder."""
+    if isinstance(url, os.PathLike):
+        url = os.fspath(url)
+    if url is not None and not isinstance(url, str):
+        raise InvalidArgumentError(f"a store URL or path is a str, got {url!r}")
+    return url or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
+
+
+def check_options(
+    *,
+    create: object = True,
+    migrations: object = None,
+    retry: object = None,
+    max_record_bytes: object = None,
+) -> None:
+    """The options ``open_store``, ``open_async_store`` and ``Store()`` take, refused when
+    given, not at the first call that would trip on them."""
+    check_flag(create, "create")
+    if migrations is not None and not isinstance(migrations, Migrations):
+        raise InvalidArgumentError(f"migrations must be a Migrations, got {migrations!r}")
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise InvalidArgumentError(
+            f"retry must be a RetryPolicy (RetryPolicy(attempts=3), say), got {retry!r}"
+        )
+    check_record_limit(max_record_bytes)
+
+
+def check_record_limit(limit: object) -> None:
+    if limit is not None and (type(limit) is not int or limit < 1):
+        raise InvalidArgumentError(
+            f"max_record_bytes must be a whole number of bytes >= 1 or None, got {limit!r}"
+        )
+
+
 _OPERATIONS = ("load", "head", "save", "drop", "scan", "close")
+
+
+def check_store(store: object, what: str) -> None:
+    """Refuse, at once, a URL or a path (as the CLI takes) where ``what`` needs a ``Store``,
+    or anything without a store's reading methods."""
+    if isinstance(store, (str, os.PathLike)):
+        raise InvalidArgumentError(
+            f"{what} takes a Store, got {store!r}: open_store({store!r}) opens one"
+        )
+    if not callable(getattr(store, "iter_summaries", None)):
+        raise InvalidArgumentError(f"{what} takes a Store, got {store!r}")
 
 
 def check_backend(backend: object) -> None:

@@ -35,10 +35,13 @@ __all__ = [
     "Page",
     "RetryPolicy",
     "VerifyReport",
+    "check_count",
+    "check_flag",
     "check_key",
     "decode_cursor",
     "encode_cursor",
     "to_epoch_ms",
+    "ttl_ms",
 ]
 
 MAX_KEY_LENGTH = 1024
@@ -49,6 +52,20 @@ MOMENT_LIMIT_MS = 2**63 - 1
 the epoch (a signed 64-bit integer, which every backend's index compares alike)."""
 
 
+def check_count(value: Any, what: str, *, least: int = 0) -> int:
+    """A whole number from ``least`` (not a bool, a float or a string)."""
+    if type(value) is not int or value < least:
+        raise InvalidArgumentError(f"{what} must be a whole number >= {least}, got {value!r}")
+    return value
+
+
+def check_flag(value: Any, what: str) -> bool:
+    """``True`` or ``False``: a string such as ``"no"`` would read as true."""
+    if type(value) is not bool:
+        raise InvalidArgumentError(f"{what} must be True or False, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Bounded exponential backoff with full jitter around transient backend faults."""
@@ -57,6 +74,15 @@ class RetryPolicy:
     initial: float = 0.05
     maximum: float = 2.0
     deadline: float = 15.0
+
+    def __post_init__(self) -> None:
+        check_count(self.attempts, "RetryPolicy attempts", least=1)
+        for name in ("initial", "maximum", "deadline"):
+            value = getattr(self, name)
+            if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+                raise InvalidArgumentError(
+                    f"RetryPolicy {name} must be a number of seconds >= 0, got {value!r}"
+                )
 
     def retrying(self, *, failed_in: float | None = None) -> Retrying:
         """The attempts of one operation. ``failed_in``: its first attempt was already made
@@ -141,6 +167,19 @@ def check_key(key: Any) -> str:
     return key
 
 
+MAX_TTL = 1e9
+"""The longest lease, in seconds (about 31 years)."""
+
+
+def ttl_ms(ttl: Any) -> int:
+    """A lease's ``ttl`` in seconds, as milliseconds: a number from 0.001 to ``MAX_TTL``."""
+    if type(ttl) not in (int, float) or not 0.001 <= ttl <= MAX_TTL:  # NaN fails this too
+        raise InvalidArgumentError(
+            f"ttl must be a positive number of seconds, got {ttl!r} (from 0.001 to {MAX_TTL:.0e})"
+        )
+    return int(ttl * 1000)
+
+
 def check_revision(revision: Any) -> None:
     """An ``if_revision=``: none, or a stored record's revision, a whole number from 1 (not a
     string, a bool or a float, which would only ever meet a conflict)."""
@@ -155,6 +194,10 @@ def encode_cursor(summary: Summary) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[int, str]:
+    if not isinstance(cursor, str):
+        raise InvalidArgumentError(
+            f"cursor must be the str a page gave as its cursor, got {cursor!r}"
+        )
     saved, sep, key = cursor.partition(":")
     if not sep or not saved.isdigit() or not key:
         raise InvalidKeyError(f"invalid cursor {cursor[:80]!r}: expected '<savedAt>:<key>'")

@@ -8,20 +8,26 @@ import asyncio
 import re
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent_checkpoint import (
+    ClaimedError,
     InvalidArgumentError,
     InvalidKeyError,
     Keyring,
     Message,
+    RetryPolicy,
     RunCheckpoint,
     Store,
+    copy_records,
+    migrate_records,
     open_async_store,
     open_store,
     register_backend,
+    resume_failed_runs,
     to_envelope,
 )
 
@@ -132,6 +138,41 @@ BAD_CALLS: list[tuple[str, Callable[[Store], Any], str]] = [
         "claim ttl infinite",
         lambda s: s.claim("k", "w1", ttl=float("inf")),
         r"ttl must be a positive number of seconds, got inf",
+    ),
+    (
+        "claim ttl shorter than a millisecond",
+        lambda s: s.claim("k", "w1", ttl=0.0005),  # was a lease expired when given
+        r"ttl must be a positive number of seconds, got 0\.0005 \(from 0\.001 to 1e\+09\)",
+    ),
+    (
+        "claim ttl past any clock",
+        lambda s: s.claim("k", "w1", ttl=1e30),  # was TypeError: Integer exceeds 64-bit range
+        r"ttl must be a positive number of seconds, got 1e\+30",
+    ),
+    (
+        "get_records of one key",  # read "r" and "1" as keys
+        lambda s: s.get_records("k1"),
+        r"get_records takes a list of keys, not the one key 'k1': use get_record",
+    ),
+    (
+        "list cursor not a str",  # was AttributeError: 'int' object has no attribute 'partition'
+        lambda s: s.list(cursor=5),  # type: ignore[arg-type]
+        r"cursor must be the str a page gave as its cursor, got 5",
+    ),
+    (
+        "put create_only a string",  # "no" was taken as True
+        lambda s: s.put(_run([]), key="k2", create_only="no"),  # type: ignore[arg-type]
+        r"create_only must be True or False, got 'no'",
+    ),
+    (
+        "forget_older_than limit negative",
+        lambda s: s.forget_older_than(0, limit=-1),
+        r"limit must be a whole number >= 1, got -1",
+    ),
+    (
+        "forget_older_than limit None",  # was TypeError: unsupported operand type(s)
+        lambda s: s.forget_older_than(0, limit=None),  # type: ignore[arg-type]
+        r"limit must be a whole number >= 1, got None",
     ),
 ]
 
@@ -259,7 +300,7 @@ def test_an_async_store_refuses_the_same_arguments_the_same_way() -> None:
     assert asyncio.run(refusals()) == [
         "RunCheckpoint.history[0] is a dict, not a Message",
         "if_revision must be a record's revision, an int from 1, got '1'",
-        "ttl must be a positive number of seconds, got '30'",
+        "ttl must be a positive number of seconds, got '30' (from 0.001 to 1e+09)",
     ]
 
 
@@ -277,3 +318,68 @@ def test_a_store_built_on_what_is_no_backend_is_refused_at_once(given: Any, name
     # AttributeError: 'str' object has no attribute 'scan'
     with pytest.raises(InvalidArgumentError, match=re.escape(named)):
         Store(given)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        # each was accepted, and the first call that needed it raised AttributeError or
+        # TypeError from inside (retry=3: only when the first network fault came)
+        (lambda: open_store("memory://", retry=3), r"retry must be a RetryPolicy .*got 3"),
+        (lambda: RetryPolicy(attempts=-1), r"RetryPolicy attempts must be a whole number >= 1"),
+        (lambda: RetryPolicy(deadline=float("nan")), r"RetryPolicy deadline must be a number"),
+        (lambda: open_store("memory://", migrations="x"), r"migrations must be a Migrations"),
+        (lambda: open_store("memory://", max_record_bytes="10"), r"max_record_bytes must be"),
+        (lambda: open_store("memory://", create="no"), r"create must be True or False"),
+        (lambda: open_store(5), r"a store URL or path is a str, got 5"),  # type: ignore[arg-type]
+        (lambda: open_async_store("memory://", retry=3), r"retry must be a RetryPolicy"),
+        (lambda: open_async_store("memory://", threads=0), r"threads must be a whole number >= 1"),
+        (
+            lambda: copy_records("/tmp/a", "/tmp/b"),
+            r"copy_records source takes a Store, got "
+            r"'/tmp/a': open_store\('/tmp/a'\) opens one",
+        ),
+        (lambda: migrate_records("memory://"), r"migrate_records takes a Store"),
+        (lambda: resume_failed_runs("memory://", print, worker="w"), r"resume_failed_runs takes"),
+    ],
+)
+def test_a_store_option_of_the_wrong_kind_is_refused_when_given(
+    call: Callable[[], Any], message: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        call()
+
+
+def test_a_store_path_may_be_a_pathlib_path(tmp_path: Path) -> None:
+    # was InvalidKeyError "a store URL or path is required" (and a TypeError from the async one)
+    with open_store(tmp_path / "s") as store:
+        store.put(_run([Message("user", "hi")]), key="k")
+
+    async def read() -> RunCheckpoint | None:
+        async with open_async_store(tmp_path / "s", create=False) as store:
+            return await store.get("k")
+
+    found = asyncio.run(read())
+    assert found is not None and found.history[0].content == "hi"
+
+
+@pytest.mark.parametrize(
+    "ttl",
+    [
+        -5,  # was accepted, and ended the lease: another worker could take the run at once
+        None,  # was TypeError: unsupported operand type(s)
+        "30",  # "30" * 1000 was a string of 2,000 digits
+        float("nan"),
+    ],
+)
+def test_a_renewal_refuses_a_ttl_the_claim_would_and_keeps_the_lease(
+    store: Store, ttl: Any
+) -> None:
+    store.put(_run([Message("user", "hi")]), key="k")
+    with store.claim("k", "w1", ttl=30) as claim:
+        before = store.claims()
+        with pytest.raises(InvalidArgumentError, match="ttl must be a positive number of seconds"):
+            claim.renew(ttl)
+        assert store.claims() == before
+        with pytest.raises(ClaimedError):
+            store.claim("k", "w2", ttl=30)

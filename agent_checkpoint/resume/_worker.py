@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .._claims import Claim, ClaimedError
 from .._model import RunCheckpoint
-from .._store import Store
+from .._store import Store, check_store
 from ..errors import LeaseError, NotFoundError
 from ._seed import ResumeSeed, resume_on_error
 
@@ -49,6 +49,7 @@ def resume_failed_runs(
     limit: int | None = None,
 ) -> WorkerReport:
     """Resume failed runs (newest first) until none are left or ``limit`` were resumed."""
+    check_store(store, "resume_failed_runs")
     report = WorkerReport()
     for summary in store.iter_summaries(
         failed=True, owner=owner, agent_id=agent_filter, phase=phase, page_size=100
