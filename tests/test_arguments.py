@@ -239,7 +239,8 @@ def test_a_store_url_its_driver_cannot_parse_is_refused_by_the_library(
         (
             lambda: RunCheckpoint.from_json({"runId": "r", "history": "none yet"}),
             r"RunCheckpoint\.from_json needs an object whose keys runId, history, "
-            r"lastCompletedIteration, originalInput hold values of their JSON types; got keys: "
+            r"lastCompletedIteration, originalInput hold values of their JSON types: history is "
+            r"a str, lastCompletedIteration is missing, originalInput is missing; got keys: "
             r"runId, history$",
         ),
         (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import orjson
@@ -10,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_checkpoint import Message, RunCheckpoint, ToolCall, validate_checkpoint
+from agent_checkpoint import Message, RunCheckpoint, ToolCall, open_store, validate_checkpoint
 from agent_checkpoint._model import FailurePoint, Identity, ThinkingBlock
-from agent_checkpoint.errors import InvalidArgumentError
+from agent_checkpoint.errors import InvalidArgumentError, InvalidCheckpointError
 
 json_scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.text(max_size=20)
@@ -386,3 +387,25 @@ def test_parts_in_a_list_or_read_from_json_are_taken_as_they_are() -> None:
     )
     assert built.to_json() == read.to_json()
     assert dataclasses.replace(read, content="again").tool_calls == read.tool_calls
+
+
+@pytest.mark.parametrize(
+    ("history", "named"),
+    [
+        ([{"role": 5}], "history[0] is missing text: `role` is number"),
+        ([{"role": "user", "content": "x"}, {"content": "y"}], "history[1] is missing text"),
+    ],
+)
+def test_a_history_from_json_that_cannot_be_typed_is_refused_by_the_door_s_message(
+    history: list[dict[str, object]], named: str
+) -> None:
+    # from_json leaves the checks to the door and types the history on first use: that once
+    # raised the model's internal Mismatch, which no `except CheckpointError` caught
+    doc = {**RunCheckpoint.new("hi", run_id="r1").to_json(), "history": history}
+    checkpoint = RunCheckpoint.from_json(doc)
+    with pytest.raises(InvalidCheckpointError, match=re.escape(named)):
+        _ = checkpoint.history
+    with open_store("memory://") as store:
+        with pytest.raises(InvalidCheckpointError, match=re.escape(named)):
+            store.put(checkpoint, key="k")
+        assert store.get_record("k") is None

@@ -283,10 +283,13 @@ class Struct:
         try:
             return cls._read(data)
         except Mismatch:
-            needed = [f.key for f in cls.FIELDS if f.attr in cls._PLAN.required]
+            needed = [f for f in cls.FIELDS if f.attr in cls._PLAN.required]
+            wrong = [f"{f.key} is {_shape_of(f, data)}" for f in needed if _shape_of(f, data)]
             raise InvalidArgumentError(
-                f"{cls.__name__}.from_json needs an object whose keys {', '.join(needed)} hold "
-                f"values of their JSON types; got keys: {', '.join(map(str, data)) or 'none'}"
+                f"{cls.__name__}.from_json needs an object whose keys "
+                f"{', '.join(f.key for f in needed)} hold values of their JSON types"
+                f"{': ' if wrong else ''}{', '.join(wrong)}; "
+                f"got keys: {', '.join(map(str, data)) or 'none'}"
             ) from None
         except (TypeError, AttributeError):
             if isinstance(data, Mapping):
@@ -420,6 +423,18 @@ class Struct:
 
 def with_article(name: str) -> str:
     return f"{'an' if name[:1] in 'AEIOUaeiou' else 'a'} {name}"
+
+
+def _shape_of(field: Field, data: JsonObject) -> str:
+    """What is wrong with ``data``'s value for the required ``field``: ``missing``, the kind
+    of a value its codec does not read, or nothing."""
+    if field.key not in data:
+        return "missing"
+    try:
+        field.codec.decode(data[field.key])
+    except (Mismatch, TypeError, AttributeError, ValueError):  # a part failing deeper in too
+        return kind_of(data[field.key])
+    return ""
 
 
 def kind_of(value: Any) -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, InvalidCheckpointError
 from ._history import TYPED
 from ._struct import (
     NUMBER,
@@ -146,7 +146,10 @@ class _Unread:
     def typed(self, conversation: str) -> tuple[Message, ...]:
         typed = self._typed
         if typed is None:
-            typed = TYPED.type(self.messages, conversation)
+            try:
+                typed = TYPED.type(self.messages, conversation)
+            except Mismatch:
+                raise _unreadable(self.messages) from None
             with _TYPING:  # threads typing at once all get the first one's messages
                 if self._typed is None:
                     self._typed = typed
@@ -157,6 +160,19 @@ class _Unread:
         if self._typed is not None:
             return [m.to_json() for m in self._typed]
         return [dict(m) for m in self.messages]
+
+
+def _unreadable(messages: tuple[JsonObject, ...]) -> Exception:
+    """Why a history ``from_json`` took unchecked cannot be typed: the door's message for
+    its first bad entry (``from_json`` leaves the checks to the door, and a history is
+    typed on first use)."""
+    from .._validation import validate_messages  # the door imports the model
+
+    try:
+        validate_messages(list(messages))
+    except InvalidCheckpointError as refusal:
+        return refusal
+    return InvalidCheckpointError("checkpoint history holds an entry that is not a message")
 
 
 def _read_history(value: Json) -> _Unread:
