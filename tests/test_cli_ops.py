@@ -202,7 +202,7 @@ def test_rekey_moves_every_record_to_the_new_primary_key(
     import base64
 
     k1, k2 = base64.b64encode(b"1" * 32).decode(), base64.b64encode(b"2" * 32).decode()
-    url = str(tmp_path)
+    url = str(tmp_path / "store")
     monkeypatch.setenv("AGENT_CHECKPOINT_KEYS", f"k1:{k1}")
     path = tmp_path / "c.json"
     for i in range(3):

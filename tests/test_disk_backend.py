@@ -1,4 +1,5 @@
 import multiprocessing
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -8,7 +9,7 @@ import pytest
 from agent_checkpoint import Store, UnreadableEnvelopeError, open_store
 from agent_checkpoint.backends._base import Query, Summary
 from agent_checkpoint.backends._disk import DiskBackend, file_name
-from agent_checkpoint.errors import BackendError
+from agent_checkpoint.errors import BackendError, InvalidKeyError
 from agent_checkpoint.testing import (
     AppendingConformance,
     ClaimsConformance,
@@ -447,3 +448,74 @@ def test_listing_claims_of_a_store_that_never_had_one_leaves_the_folder_as_it_wa
         assert [c.worker for c in store.claims()] == ["w1"]
     with open_store(str(root)) as again:  # a new store object finds the claim
         assert [c.worker for c in again.claims()] == ["w1"]
+
+
+_AS_ANOTHER_USER = """
+import os, sys
+from agent_checkpoint import open_store
+from agent_checkpoint.backends import _disk  # imported while the Python install is readable
+from agent_checkpoint.errors import InvalidKeyError
+if os.geteuid() == 0:
+    os.setgid(65534)
+    os.setuid(65534)  # nobody: root reads and writes every folder
+try:
+    open_store(sys.argv[1], create=False).list()
+except InvalidKeyError as exc:
+    print(exc)
+    sys.exit(9)
+"""
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o700], ids=["read-only to the user", "unreachable"])
+def test_a_store_the_user_may_not_write_is_refused_naming_the_store(mode: int) -> None:
+    # was "disk open failed: OperationalError: attempt to write a readonly database" (a
+    # server failure's exit code in the CLI), and for an unreachable folder a PermissionError
+    # naming the parent's index.sqlite3
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    if os.geteuid() != 0 and mode == 0o700:
+        pytest.skip("the folder must belong to another user: the test runs as root in CI")
+    top = Path(tempfile.mkdtemp())
+    try:
+        top.chmod(0o755)
+        store = top / "store"
+        with open_store(str(store)) as opened:
+            opened.put({"runId": "r", "history": [], "lastCompletedIteration": 0,
+                        "originalInput": {"message": "hi"}, "version": 1}, key="k")  # fmt: skip
+        before = sorted((p.name, p.stat().st_size) for p in (store / "records").rglob("*"))
+        for path in [store, *store.rglob("*")]:
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        top.chmod(mode)
+        target = str(store if mode == 0o755 else store / "inner")
+        ran = subprocess.run([sys.executable, "-c", _AS_ANOTHER_USER, target],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert ran.returncode == 9, ran.stdout + ran.stderr
+        assert f"disk store {target!r} cannot be opened by this user: " in ran.stdout
+        assert "Permission denied" in ran.stdout or "readonly" in ran.stdout
+        top.chmod(0o755)
+        assert sorted((p.name, p.stat().st_size) for p in (store / "records").rglob("*")) == before
+    finally:
+        for path in [top, *top.rglob("*")]:
+            path.chmod(0o755)
+        shutil.rmtree(top)
+
+
+def test_a_folder_holding_other_files_is_not_made_a_store(tmp_path: Path) -> None:
+    # `put --store .` in a project folder made the project a store: index.sqlite3, locks/ and
+    # records/ beside the user's files, and every subfolder then "inside a store"
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "notes.txt").write_text("mine")
+    with pytest.raises(InvalidKeyError, match=r"the folder holds other files \(notes\.txt, src\)"):
+        open_store(str(project))
+    assert sorted(p.name for p in project.iterdir()) == ["notes.txt", "src"]
+    with open_store(str(project / "checkpoints")) as store:  # a new folder, or an empty one
+        store.put({"runId": "r", "history": [], "lastCompletedIteration": 0,
+                   "originalInput": {"message": "hi"}, "version": 1}, key="k")  # fmt: skip
+    (project / "empty").mkdir()
+    open_store(str(project / "empty")).close()
+    with open_store(str(project / "checkpoints")) as store:  # a store with its namespaces
+        assert store.get_record("k") is not None

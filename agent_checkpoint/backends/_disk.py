@@ -106,6 +106,25 @@ def _translating(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     return decorate
 
 
+@contextmanager
+def _access(root: Path) -> Iterator[None]:
+    """A store this user may not read and write, refused as such: the index is SQLite in WAL
+    mode, which writes beside the database (and a listing settles pending marks) even to
+    read."""
+    try:
+        yield
+    except (PermissionError, sqlite3.OperationalError, BackendError) as exc:
+        cause = exc.__cause__ if isinstance(exc, BackendError) else exc
+        text = str(cause)
+        if not isinstance(cause, PermissionError) and "readonly" not in text:
+            raise
+        raise InvalidKeyError(
+            f"disk store {os.path.abspath(root)!r} cannot be opened by this user: "
+            f"{getattr(cause, 'strerror', None) or text}; a disk store needs read and write "
+            "access to its folder, even to list or read (its index is SQLite in WAL mode)"
+        ) from cause
+
+
 def _refuse_nested(root: Path) -> None:
     """A store's folder holds its records, index and namespaces (claims live in ``_leases``):
     a store opened inside another's folder could share or clobber those files."""
@@ -117,8 +136,15 @@ def _refuse_nested(root: Path) -> None:
         )
 
 
+_STORE_FILES = frozenset({"records", "locks", "index.sqlite3", "index.sqlite3-wal",
+                          "index.sqlite3-shm", "index.sqlite3-journal"})  # fmt: skip
+"""What a store's folder holds while a process makes it (another may be making it too)."""
+
+
 def _check_root(root: Path, create: bool) -> None:
-    """Refuse a root that is not a folder, and without ``create`` one that holds no store."""
+    """Refuse a root that is not a folder, one that holds other files and no store (a store
+    made there would mix its files with them: ``--store .`` in a project), and without
+    ``create`` one that holds no store."""
     where = os.path.abspath(root)
     for path in (root, *root.parents):
         if path.exists():
@@ -127,7 +153,15 @@ def _check_root(root: Path, create: bool) -> None:
                     f"disk store {where!r}: {str(path)!r} is a file, not a folder"
                 )
             break
-    if create or (root / "records").is_dir():
+    if (root / "records").is_dir() or (root / "index.sqlite3").exists():
+        return
+    if create and root.is_dir() and (others := sorted(set(os.listdir(root)) - _STORE_FILES)):
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise InvalidKeyError(
+            f"disk store {where!r}: the folder holds other files ({shown}) and no checkpoint "
+            "store; a store needs a folder of its own: give a new or empty one"
+        )
+    if create:
         return
     why = "holds no checkpoint store" if root.is_dir() else "does not exist"
     raise StoreNotFoundError(
@@ -151,15 +185,16 @@ class DiskBackend(Closable):
     ) -> None:
         self.root = Path(root)
         if not _namespace:
-            _refuse_nested(self.root)
+            with _access(self.root):
+                _refuse_nested(self.root)
         self._files = RecordFiles(self.root, fsync=fsync)
         self._locks = self.root / "locks"
         self._guard = threading.Lock()
         self._siblings: dict[str, DiskBackend] = {}
         self._kept: dict[str, None] = {}  # keys whose marks this backend left, oldest first
         index = self.root / "index.sqlite3"
-        _check_root(self.root, create)
-        with _translated("open"):
+        with _access(self.root), _translated("open"):
+            _check_root(self.root, create)
             self._files.records.mkdir(parents=True, exist_ok=True)
             self._locks.mkdir(exist_ok=True)
             fresh = not index.exists()
