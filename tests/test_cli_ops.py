@@ -264,3 +264,34 @@ def test_migrate_reports_a_record_no_put_may_store_and_upgrades_the_rest(
     assert "'bad': cannot store this checkpoint: data.runId holds NUL" in err
     with open_store(url) as store:
         assert store.get("good") is not None and store.get("good").version == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("option", "named"),
+    [
+        (["--limit", "0"], "limit must be a whole number >= 1, got 0"),
+        (["--limit", "-1"], "limit must be a whole number >= 1, got -1"),
+        (["--ttl", "-5"], "ttl must be a positive number of seconds, got -5.0"),
+    ],
+)
+def test_resume_worker_refuses_a_bad_option_even_with_no_failed_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str], named: str
+) -> None:
+    # each exited 0 having done nothing ("0 resumed"), or failed only once a run was found
+    url = str(tmp_path / "store")
+    with open_store(url) as store:
+        store.put(checkpoint("r"), key="k")
+    code, out, err = run(capsys, "resume-worker", *option, "--store", url, "--", "true")
+    assert (code, out) == (EXIT["usage"], "") and named in err
+
+
+def test_show_refuses_a_negative_message_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = str(tmp_path / "store")
+    with open_store(url) as store:
+        store.put(checkpoint("r"), key="k")
+    with pytest.raises(SystemExit) as exited:
+        main(["show", "k", "--messages", "-1", "--store", url])
+    assert exited.value.code == EXIT["usage"]
+    assert "argument --messages: expected a whole number >= 0, got '-1'" in capsys.readouterr().err

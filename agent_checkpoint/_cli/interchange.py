@@ -64,6 +64,8 @@ def translated() -> Iterator[None]:
     for every command; transcript errors go on to ``exit_code_for``."""
     try:
         yield
+    except BrokenPipeError:
+        raise  # stdout's reader left (save -o - | head): the CLI ends quietly
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         missing = isinstance(exc, FileNotFoundError)
@@ -102,7 +104,9 @@ def register(sub: Any) -> None:
     )
     save.add_argument("transcript")
     target = save.add_mutually_exclusive_group()
-    target.add_argument("-o", "--output", metavar="OUT.jsonl", help="write turn JSONL here")
+    target.add_argument(
+        "-o", "--output", metavar="OUT.jsonl", help="write turn JSONL here ('-': to stdout)"
+    )
     target.add_argument(
         "--store", metavar="URL", default=argparse.SUPPRESS, help="put a run checkpoint here"
     )
@@ -173,7 +177,9 @@ def _open(path: str, fmt: str | None, subagent: str | None = None) -> Transcript
 
 def _write(path: str, turns: Iterable[Turn]) -> int:
     try:
-        return write_turns(path, turns)
+        return write_turns(sys.stdout.buffer if path == "-" else path, turns)
+    except BrokenPipeError:
+        raise  # stdout's reader left (| head): the CLI ends quietly, as every command does
     except OSError as exc:
         raise CommandError(f"cannot write {path}: {exc.strerror or exc}", EXIT["usage"]) from exc
 
@@ -198,8 +204,14 @@ def _ticking(turns: Iterable[Turn], tick: Callable[[], None]) -> Iterator[Turn]:
 
 def run_save(args: argparse.Namespace) -> int:
     store_url: str = getattr(args, "store", None) or ""
-    if bool(args.output) == bool(store_url):
-        raise CommandError("save needs one of -o OUT.jsonl or --store URL (not both)")
+    if not args.output and not store_url:
+        raise CommandError(
+            "save needs -o OUT.jsonl (a turn JSONL file, or - for stdout) or --store URL; "
+            "it does not use $AGENT_CHECKPOINT_STORE, so that a save meant for a file never "
+            "lands in a store"
+        )
+    if args.output and args.key:
+        raise CommandError("--key names a record in a store: save -o writes a file, not a store")
     with translated():
         transcript = _open(args.transcript, args.input_format, args.subagent)
         with progress("reading", None, unit="turn(s)"):
@@ -221,6 +233,9 @@ def run_save(args: argparse.Namespace) -> int:
                 key = default_key(transcript, args.subagent)
                 checkpoint, report = turns_to_checkpoint(turns)
                 checkpoint = replace(checkpoint, identity=Identity(key))
+    if args.output == "-":  # stdout holds the turns: the report goes to stderr
+        note(f"Saved {count} turns to stdout")
+        return EXIT["ok"]
     if args.output:
         if args.json:
             print_json({"turns": count, "output": args.output})

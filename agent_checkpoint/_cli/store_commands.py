@@ -43,6 +43,17 @@ SUMMARY_COLUMNS = (
 agent are shortened and left out, then the failure and the time; the key never."""
 
 
+def _count(text: str) -> int:
+    """A whole number >= 0, for argparse (which then names the option it was given to)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
 def parse_duration_ms(text: str) -> int:
     """``90s``, ``30m``, ``12h``, ``7d``, ``2w`` in milliseconds."""
     found = _DURATION.match(text)
@@ -297,7 +308,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("show", help="summary, failure point and last messages of a checkpoint")
     p.add_argument("key")
     p.add_argument(
-        "--messages", type=int, default=5, metavar="N", help="last N messages (default 5)"
+        "--messages", type=_count, default=5, metavar="N", help="last N messages (default 5)"
     )
     add_json_option(p, "the summary and the whole record")
     add_store_option(p)

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from .._claims import Claim, ClaimedError
 from .._model import RunCheckpoint
 from .._store import Store, check_store
-from ..errors import LeaseError, NotFoundError
+from .._store_types import check_count, ttl_ms
+from ..errors import InvalidArgumentError, LeaseError, NotFoundError
 from ._seed import ResumeSeed, resume_on_error
 
 __all__ = ["Handler", "WorkerReport", "resume_failed_runs"]
@@ -50,6 +51,11 @@ def resume_failed_runs(
 ) -> WorkerReport:
     """Resume failed runs (newest first) until none are left or ``limit`` were resumed."""
     check_store(store, "resume_failed_runs")
+    if not isinstance(worker, str) or not worker:
+        raise InvalidArgumentError(f"worker must be a non-empty name, got {worker!r}")
+    ttl_ms(ttl)  # refused now, not at the first failed run found
+    if limit is not None:
+        check_count(limit, "limit", least=1)
     report = WorkerReport()
     for summary in store.iter_summaries(
         failed=True, owner=owner, agent_id=agent_filter, phase=phase, page_size=100

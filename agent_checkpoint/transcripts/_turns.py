@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -287,22 +287,26 @@ def read_turns(
         f.close()
 
 
-def write_turns(path: str | os.PathLike[str], turns: Iterable[Turn | Mapping[str, Json]]) -> int:
+def write_turns(
+    path: str | os.PathLike[str] | BinaryIO, turns: Iterable[Turn | Mapping[str, Json]]
+) -> int:
     """Write ``turns`` to ``path`` atomically and return how many were written.
 
     If anything fails, including the iterable itself, ``path`` is left as it was. A new
     file is readable by its owner only (transcripts often hold secrets); a replaced file
-    keeps its mode.
+    keeps its mode. ``path`` may instead be a binary stream (``sys.stdout.buffer``): the
+    lines are written to it as they come, and it is flushed, not closed.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        count = _write_lines(path, turns)
+        path.flush()
+        return count
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    count = 0
     try:
         with os.fdopen(fd, "wb") as f:
-            for turn in turns:
-                f.write(dump_line(turn.to_json() if isinstance(turn, Turn) else dict(turn)))
-                count += 1
+            count = _write_lines(f, turns)
             f.flush()
             os.fsync(f.fileno())
         if target.exists():
@@ -312,6 +316,14 @@ def write_turns(path: str | os.PathLike[str], turns: Iterable[Turn | Mapping[str
         Path(temp).unlink(missing_ok=True)
         raise
     _fsync_dir(folder)
+    return count
+
+
+def _write_lines(stream: BinaryIO, turns: Iterable[Turn | Mapping[str, Json]]) -> int:
+    count = 0
+    for turn in turns:
+        stream.write(dump_line(turn.to_json() if isinstance(turn, Turn) else dict(turn)))
+        count += 1
     return count
 
 

@@ -334,3 +334,43 @@ def test_save_refuses_a_tool_input_nested_past_the_depth_limit(
     ran = run("save", str(transcript(300)), target, out)
     assert ran.code == 5
     assert "nests objects and arrays deeper than 254 levels" in one_error_line(ran)
+
+
+def test_save_to_dash_writes_the_turns_to_stdout_and_the_report_to_stderr(
+    run: Run, tmp_path: Path, fixture_path: Fixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `-o -` made a file named "-" (and `put -` reads stdin, so users reach for it)
+    monkeypatch.chdir(tmp_path)
+    source = str(fixture_path("transcripts/openai_chat_tools.json"))
+    assert run("save", source, "-o", str(tmp_path / "file.jsonl")).code == 0
+    ran = run("save", source, "-o", "-")
+    assert ran.code == 0
+    written = (tmp_path / "file.jsonl").read_text(encoding="utf-8")
+
+    def untimed(text: str) -> list[dict[str, Any]]:  # this transcript has no times: now's
+        return [{**json.loads(line), "ts": None} for line in text.splitlines()]
+
+    assert len(ran.out.splitlines()) == 11 and untimed(ran.out) == untimed(written)
+    assert ran.err.endswith("agent-checkpoint: note: Saved 11 turns to stdout\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ([], "save needs -o OUT.jsonl (a turn JSONL file, or - for stdout) or --store URL"),
+        (["-o", "out.jsonl", "--key", "k"], "--key names a record in a store: save -o writes"),
+    ],
+)
+def test_save_refuses_what_it_would_ignore(
+    run: Run,
+    tmp_path: Path,
+    fixture_path: Fixture,
+    extra: list[str],
+    named: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    ran = run("save", str(fixture_path("transcripts/openai_chat_tools.json")), *extra)
+    assert ran.code == 2 and named in one_error_line(ran)
+    assert list(tmp_path.iterdir()) == []
