@@ -121,3 +121,38 @@ def test_a_redis_connection_dropped_under_a_command_is_retried_not_leaked(
         got = store.get("k")
     assert dropped == [1]
     assert got is not None and got.run_id == "through a dropped connection"
+
+
+def test_one_async_store_serves_one_asyncio_run_after_another(
+    backend_url: tuple[str, dict[str, Any]],
+) -> None:
+    """A script or a test suite that calls ``asyncio.run`` more than once with one store: the
+    asyncio drivers' connections belong to the loop that made them, and that loop is closed
+    when the next call comes. Redis raised RuntimeError('Event loop is closed') from the first
+    call on the new loop, outside the error tree; closing on a later loop raised it too, on
+    Redis and PostgreSQL."""
+    import asyncio
+
+    url, options = backend_url
+    store = open_async_store(url, **options)
+    first, second = checkpoint("r1"), checkpoint("r2")
+
+    async def setup_and_put() -> None:
+        await store.setup()
+        await store.put(first, key="k1")
+
+    async def read_then_write() -> tuple[Any, Any]:
+        found = await store.get("k1")
+        summary = await store.put(second, key="k2")
+        return found, summary
+
+    asyncio.run(setup_and_put())
+    found, summary = asyncio.run(read_then_write())
+    assert found is not None and found.run_id == "r1" and summary.revision >= 1
+    assert asyncio.run(store.get("k2")) is not None  # a third loop
+    asyncio.run(store.close())
+    assert store.closed
+    if url.startswith("memory://"):
+        return  # each memory:// store is its own
+    with BlockingStore(open_async_store(url, **options)) as again:
+        assert sorted(s.key for s in again.list()) == ["k1", "k2"]

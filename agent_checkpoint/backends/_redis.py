@@ -482,6 +482,13 @@ class RedisBackend(Closable):
                 if not _connection_dropped(exc):
                     raise
                 raise RedisConnectionError(f"connection closed under the command ({exc})") from exc
+            except RuntimeError as exc:
+                if not _of_a_closed_loop(exc):
+                    raise
+                raise RedisConnectionError(
+                    "a connection made on an event loop that is closed since (an AsyncStore "
+                    "used from a new asyncio.run()); redis-py replaces it on the next attempt"
+                ) from exc
 
     def _choose_index(self, query: Query) -> str:
         """The most selective index for the query's filters (ZCARD decides between several)."""
@@ -512,6 +519,17 @@ def _connection_dropped(exc: AttributeError) -> bool:
     frames = traceback.extract_tb(exc.__traceback__)
     where = frames[-1].filename.replace("\\", "/") if frames else ""
     return "NoneType" in str(exc) and where.endswith("redis/asyncio/connection.py")
+
+
+def _of_a_closed_loop(exc: RuntimeError) -> bool:
+    """Whether ``exc`` is redis-py's asyncio connection, made on an event loop since closed,
+    failing to read its reply (and then to close itself) on another loop. The command may
+    have been sent: it is a connection lost under a command, which the Store retries and,
+    for a write, reads back. redis-py then connects again on the running loop."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return str(exc) == "Event loop is closed" and any(
+        f.filename.replace("\\", "/").endswith("redis/asyncio/connection.py") for f in frames
+    )
 
 
 def _apart(row: list[Any]) -> bool:
