@@ -492,15 +492,17 @@ class Store:
             record = self.get_record(summary.key)
             if record is None or record.summary.revision != summary.revision:
                 report.stale.append(summary.key)
-            elif not self._decodes(record):
+            elif (why := self._unreadable(record)) is not None:
                 report.unreadable.append(summary.key)
+                report.reasons[summary.key] = why
             report.checked += 1
         if isinstance(backend, Repairable):
             for record in backend.iter_records():
                 if record.key not in listed:
                     report.unlisted.append(record.key)
-                    if not self._decodes(self._whole(record)):
+                    if (why := self._unreadable(self._whole(record))) is not None:
                         report.unreadable.append(record.key)
+                        report.reasons[record.key] = why
         if repair and (report.stale or report.unlisted):
             if isinstance(backend, Repairable):
                 report.repaired = self._call(backend.rebuild_index)
@@ -525,12 +527,13 @@ class Store:
                 return self._records.whole(record) or record
         return record
 
-    def _decodes(self, record: Record) -> bool:
+    def _unreadable(self, record: Record) -> str | None:
+        """Why ``record`` does not decode (its error's first line), or ``None``."""
         try:
             self.decode(record)
-        except CheckpointError:
-            return False
-        return True
+        except CheckpointError as exc:
+            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return None
 
     # -- internals -----------------------------------------------------------------------
 

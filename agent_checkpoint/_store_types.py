@@ -139,6 +139,8 @@ class VerifyReport:
 
     checked: int = 0
     unreadable: list[str] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)
+    """Why each unreadable record does not decode: its error class and first line."""
     stale: list[str] = field(default_factory=list)
     """Keys the index lists whose record is gone or at another revision."""
     unlisted: list[str] = field(default_factory=list)

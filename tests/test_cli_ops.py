@@ -211,6 +211,10 @@ def test_rekey_moves_every_record_to_the_new_primary_key(
     monkeypatch.delenv("AGENT_CHECKPOINT_KEYS")
     code, _, err = run(capsys, "get", "r0", "--store", url)
     assert code == EXIT["invalid"] and "opened without keys" in err
+    # verify said only "unreadable: r0", as if the records were damaged
+    code, out, _ = run(capsys, "verify", "--store", url)
+    assert code == EXIT["invalid"] and "unreadable: r0: DecryptionError: " in out
+    assert "(records encrypted under a key not given: set AGENT_CHECKPOINT_KEYS)" in out
     code, _, err = run(capsys, "rekey", "--store", url)
     assert code == EXIT["usage"] and "AGENT_CHECKPOINT_KEYS" in err
     monkeypatch.setenv("AGENT_CHECKPOINT_KEYS", f"k2:{k2},k1:{k1}")
@@ -245,6 +249,8 @@ def test_get_and_verify_report_a_record_nested_past_the_depth_limit(
     code, out, _ = run(capsys, "verify", "--json", "--store", url)
     report = json.loads(out)
     assert code == EXIT["invalid"] and report["unreadable"] == ["deep"] and report["checked"] == 4
+    assert report["unreadableReasons"]["deep"].startswith("UnreadableEnvelopeError: ")
+    assert "deeper than 254 levels" in report["unreadableReasons"]["deep"]
 
 
 def test_migrate_reports_a_record_no_put_may_store_and_upgrades_the_rest(
@@ -295,3 +301,20 @@ def test_show_refuses_a_negative_message_count(
         main(["show", "k", "--messages", "-1", "--store", url])
     assert exited.value.code == EXIT["usage"]
     assert "argument --messages: expected a whole number >= 0, got '-1'" in capsys.readouterr().err
+
+
+def test_copy_into_a_store_opened_with_keys_says_the_records_stay_as_stored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import base64
+
+    source, target = str(tmp_path / "plain"), str(tmp_path / "sealed")
+    with open_store(source) as store:
+        store.put(checkpoint("r"), key="k")
+    monkeypatch.setenv("AGENT_CHECKPOINT_KEYS", "k1:" + base64.b64encode(b"1" * 32).decode())
+    code, _, err = run(capsys, "copy", "--to", target, "--store", source)
+    assert code == 0 and f"`agent-checkpoint rekey --store {target}` encrypts them" in err
+    assert b'"originalInput"' in next((tmp_path / "sealed" / "records").iterdir()).read_bytes()
+    code, out, _ = run(capsys, "rekey", "--store", target)
+    assert code == 0 and out.startswith("re-encrypted 1 record(s)")
+    assert b'"originalInput"' not in next((tmp_path / "sealed" / "records").iterdir()).read_bytes()

@@ -214,3 +214,19 @@ def test_credentials_in_urls_are_masked(url: str, masked: str) -> None:
 
     assert mask_url(url) == masked
     assert Boundary().mask(f"cannot reach '{url}': refused") == f"cannot reach '{masked}': refused"
+
+
+def test_put_of_json_that_is_no_checkpoint_names_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the door's words alone ("[resumeOnError] unsupported checkpoint version: undefined")
+    # named neither the file nor what put takes
+    url = str(tmp_path / "store")
+    path = tmp_path / "obj.json"
+    path.write_text("{}")
+    code, out, err = run(capsys, "put", str(path), "--store", url)
+    assert (code, out) == (EXIT["invalid"], "")
+    assert f"error: {path}: not a checkpoint this store takes (a run checkpoint's JSON" in err
+    assert "unsupported checkpoint version" in err
+    with open_store(url) as store:
+        assert store.list().items == []

@@ -110,6 +110,12 @@ def cmd_copy(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         print(_copy_summary(report, to, args.include_unreadable))
+        if report.copied and os.environ.get("AGENT_CHECKPOINT_KEYS"):
+            print(
+                "note: records are copied as stored, so plain ones stay plain; `agent-checkpoint "
+                f"rekey --store {to}` encrypts them under the primary key",
+                file=sys.stderr,
+            )
     if report.conflicts:
         return EXIT["conflict"]
     return EXIT["invalid"] if report.unreadable and not args.include_unreadable else EXIT["ok"]
@@ -221,6 +227,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             {
                 "checked": report.checked,
                 "unreadable": report.unreadable,
+                "unreadableReasons": report.reasons,
                 "staleIndexEntries": report.stale,
                 "missingFromIndex": report.unlisted,
                 "repaired": report.repaired is not None,
@@ -233,7 +240,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             f"{len(report.stale)} stale index entries, {len(report.unlisted)} missing from the index"
         )
         for key in report.unreadable:
-            print(f"  unreadable: {key}")
+            print(f"  unreadable: {key}: {report.reasons.get(key, '')}")
+        if any(r.startswith("DecryptionError") for r in report.reasons.values()):
+            print("  (records encrypted under a key not given: set AGENT_CHECKPOINT_KEYS)")
         for key in report.stale:
             print(f"  stale index entry: {key}")
         for key in report.unlisted:

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from .. import Summary
+from .. import EnvelopeError, InvalidCheckpointError, Summary
 from ._common import (
     EXIT,
     CommandError,
@@ -140,9 +140,17 @@ def cmd_put(args: argparse.Namespace) -> int:
             f"{args.file} holds JSON but not a checkpoint or envelope object", EXIT["invalid"]
         )
     with store_from(args, create=True) as store:
-        summary = store.put(
-            doc, key=args.key, if_revision=args.if_revision, create_only=args.create_only
-        )
+        try:
+            summary = store.put(
+                doc, key=args.key, if_revision=args.if_revision, create_only=args.create_only
+            )
+        except (InvalidCheckpointError, EnvelopeError) as exc:
+            # the door's words name the field, not the file; nothing was stored
+            raise CommandError(
+                f"{args.file}: not a checkpoint this store takes (a run checkpoint's JSON, or "
+                f"an envelope of one): {exc}",
+                EXIT["invalid"],
+            ) from exc
     if args.json:
         print_json(summary_json(summary))
     else:

@@ -45,6 +45,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
+from .._container import is_container
 from ..errors import (
     BackendError,
     BackendUnavailableError,
@@ -305,7 +306,12 @@ class DiskBackend(Closable):
     ) -> Summary:
         key = record.key
         with self._locked(key):
-            current, last, end = self._current(key)
+            found, last, end = self._files.state(key)
+            current = found[0].summary if found is not None else None
+            if found is not None and is_container(found[0].body) != is_container(record.body):
+                # Sealed bytes over plain ones (rekey, or encryption turned on), or back: the
+                # file is replaced, so no frame of the other kind stays readable beside them.
+                end = None
             summary = plan_save(
                 current,
                 record,

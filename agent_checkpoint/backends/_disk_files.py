@@ -9,7 +9,8 @@ replacing the file. The newest whole frame is the record: a frame a killed write
 write that would grow the file past ``LOG_BYTES``, a larger record, a tombstone and the first
 record of a key replace the file (temp file, fsync, rename, folder fsync), with one frame.
 A rewrite's earlier frames stay in the file until it is replaced (at most ``LOG_BYTES`` of the
-key's earlier versions; a delete replaces it at once). Versions before frames read a file of
+key's earlier versions; a delete replaces it at once, and so does a write of sealed bytes over
+plain ones or back, ``DiskBackend.save``: a rekey leaves no plain frame behind). Versions before frames read a file of
 several as unreadable (all after its first header as the record): a store this version wrote
 needs this version or a later one.
 
