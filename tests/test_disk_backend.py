@@ -519,3 +519,41 @@ def test_a_folder_holding_other_files_is_not_made_a_store(tmp_path: Path) -> Non
     open_store(str(project / "empty")).close()
     with open_store(str(project / "checkpoints")) as store:  # a store with its namespaces
         assert store.get_record("k") is not None
+
+
+def test_puts_racing_a_close_from_another_thread_end_with_store_closed_error(
+    tmp_path: Path,
+) -> None:
+    # they raised BackendError("disk save failed: ProgrammingError: Cannot operate on a
+    # closed database."), which reads as a broken store
+    import threading
+
+    from agent_checkpoint import RunCheckpoint, StoreClosedError
+    from agent_checkpoint.errors import CheckpointError
+
+    store = open_store(str(tmp_path / "s"))
+    raised: list[BaseException] = []
+    started = threading.Event()
+
+    def writer(n: int) -> None:
+        i = 0
+        while True:
+            try:
+                store.put(RunCheckpoint.new(f"task {i}", run_id=f"r{n}"), key=f"k{n}")
+            except CheckpointError as exc:
+                raised.append(exc)
+                return
+            i += 1
+            started.set()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    started.wait(10)
+    store.close()
+    for thread in threads:
+        thread.join(10)
+    assert len(raised) == 4
+    assert all(isinstance(exc, StoreClosedError) for exc in raised), raised
+    with open_store(str(tmp_path / "s"), create=False) as again:
+        assert again.verify().ok

@@ -188,7 +188,7 @@ class Closable:
 
 
 def closed_error(backend: str, operation: str = "") -> StoreClosedError:
-    doing = f" {operation}" if operation else " an operation"
+    doing = f" {operation}" if operation else ": an operation"
     return StoreClosedError(
         f"{backend}{doing} on a closed store: open the store again to use it",
         backend=backend,

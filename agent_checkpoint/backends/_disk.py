@@ -52,7 +52,7 @@ from ..errors import (
     InvalidKeyError,
     StoreNotFoundError,
 )
-from ._base import Closable, Query, Record, Summary, plan_drop, plan_save
+from ._base import Closable, Query, Record, Summary, closed_error, plan_drop, plan_save
 from ._disk_files import (
     RecordFiles,
     file_name,
@@ -66,6 +66,9 @@ from ._disk_index import SummaryIndex, busy
 __all__ = ["DiskBackend", "file_name"]
 
 _LOCK_STRIPES = 256
+
+_CLOSE_WAIT = 30.0
+"""Seconds ``close`` waits for operations under way in other threads."""
 
 _KEPT_MARKS = 8
 """Pending marks one backend keeps after its writes (``_written``); a listing reads the file of
@@ -99,7 +102,9 @@ def _translating(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     def decorate(method: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(method)
         def run(*args: P.args, **kwargs: P.kwargs) -> R:
-            with _translated(operation):
+            backend = args[0]
+            assert isinstance(backend, DiskBackend)
+            with backend._in_use(operation), _translated(operation):
                 return method(*args, **kwargs)
 
         return run
@@ -191,6 +196,8 @@ class DiskBackend(Closable):
         self._files = RecordFiles(self.root, fsync=fsync)
         self._locks = self.root / "locks"
         self._guard = threading.Lock()
+        self._users = threading.Condition()  # operations under way: ``_in_use``
+        self._busy = 0
         self._siblings: dict[str, DiskBackend] = {}
         self._kept: dict[str, None] = {}  # keys whose marks this backend left, oldest first
         index = self.root / "index.sqlite3"
@@ -425,10 +432,35 @@ class DiskBackend(Closable):
         it: a read such as ``Store.claims()`` then leaves the store folder as it was."""
         return name in self._siblings or (self.root / f"_{name}").is_dir()
 
+    @contextmanager
+    def _in_use(self, operation: str) -> Iterator[None]:
+        """An operation of this backend's, which ``close`` waits for: closing the index's
+        SQLite connections while another thread runs a statement on one crashes the
+        process (sqlite3 segfaults), not only the statement."""
+        with self._users:
+            if self._closed:
+                raise closed_error("disk", operation)
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._users:
+                self._busy -= 1
+                if not self._busy:
+                    self._users.notify_all()
+
     def close(self) -> None:
-        self._closed = True
+        """Refuse new operations, wait for those under way (at most ``_CLOSE_WAIT`` s: one
+        waiting on another process's lock may not end), then settle the kept marks and close
+        the index. If some are still running then, the index's connections are left for
+        the garbage collector rather than closed under them."""
+        with self._users:
+            self._closed = True
+            idle = self._users.wait_for(lambda: not self._busy, timeout=_CLOSE_WAIT)
         for sibling in list(self._siblings.values()):
             sibling.close()
+        if not idle:
+            return
         with contextlib.suppress(OSError, sqlite3.Error), contextlib.ExitStack() as held:
             # the marks this backend kept, settled (a listing would otherwise read their files)
             if settled := self._settle("", held, keep=0):
