@@ -80,12 +80,15 @@ def keyring_from_env(value: str | None = None) -> Keyring | None:
     keys: dict[str, bytes] = {}
     order: list[str] = []
     for item in text.split(","):
-        kid, sep, encoded = item.strip().partition(":")
+        kid, sep, encoded = item.partition(":")
+        kid, encoded = kid.strip(), encoded.strip()  # "a : K, b:K2" as written by hand
         if not sep or not kid:
             # never quote the entry: without its id, it is key material
             raise InvalidArgumentError(
                 f"{KEYS_ENV} entry {len(order) + 1} is not id:base64key (its id is missing)"
             )
+        if kid in keys:  # which key is the primary would be a guess
+            raise InvalidArgumentError(f"{KEYS_ENV}: key id {kid!r} is given twice")
         try:
             keys[kid] = base64.b64decode(encoded, validate=True)
         except ValueError:

@@ -384,3 +384,18 @@ def test_a_renewal_refuses_a_ttl_the_claim_would_and_keeps_the_lease(
         assert store.claims() == before
         with pytest.raises(ClaimedError):
             store.claim("k", "w2", ttl=30)
+
+
+def test_a_key_id_given_twice_in_the_environment_is_refused() -> None:
+    # "a:K1,a:K2" made K2 the primary key, silently
+    from agent_checkpoint import keyring_from_env
+
+    k1, k2 = (
+        "MTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTE=",
+        "MjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjI=",
+    )
+    with pytest.raises(InvalidArgumentError, match="key id 'a' is given twice"):
+        keyring_from_env(f"a:{k1},a:{k2}")
+    # spaces around ids and keys, as written by hand, are not part of either
+    keyring = keyring_from_env(f" a : {k1} , b:{k2}")
+    assert keyring is not None and keyring.primary == "a" and sorted(keyring.keys) == ["a", "b"]
