@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import pytest
 
 from agent_checkpoint import Claim, ConversationMismatchError, InvalidCheckpointError, open_store
@@ -15,7 +18,7 @@ from agent_checkpoint._model import (
     RunCheckpoint,
     ToolCall,
 )
-from agent_checkpoint.errors import UnsafeStageError
+from agent_checkpoint.errors import InvalidArgumentError, UnsafeStageError
 from agent_checkpoint.resume import (
     ResumeSeed,
     RunCheckpointError,
@@ -306,3 +309,20 @@ def test_run_checkpoint_error_says_where_and_what_to_do() -> None:
     )
     err = RunCheckpointError(RuntimeError("x"), crash_checkpoint(failure_point=None))
     assert "failed at iteration ? (phase unknown — nothing was open when it threw)" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        (lambda seed: seed.checkpoint("hello"), "not the text 'hello': give the assistant's reply"),
+        (lambda seed: seed.checkpoint(answer=5), "answer must be the assistant's text, got 5"),
+    ],
+)
+def test_a_seed_refuses_text_where_messages_go(call: Any, named: str) -> None:
+    # seed.checkpoint("hello") made a history of five one-letter items
+    failed = RunCheckpoint.new("task", [Message("user", "task")], run_id="r").evolve(
+        failure_point=FailurePoint(3, "llm", "call-llm")
+    )
+    seed = resume_on_error(failed)
+    with pytest.raises(InvalidArgumentError, match=re.escape(named)):
+        call(seed)

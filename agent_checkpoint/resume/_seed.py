@@ -68,6 +68,13 @@ class ResumeSeed:
         """The checkpoint this run writes: its own run id, the carried fields, and ``history``
         (default: the seed's). ``answer``, if non-empty, is appended as the assistant turn,
         as the runtime's ``checkpoint()`` does."""
+        if isinstance(history, (str, bytes)):  # tuple("hello") is five messages of one letter
+            raise InvalidArgumentError(
+                f"checkpoint's history is a list of Messages, not the text {history[:40]!r}: "
+                "give the assistant's reply as answer="
+            )
+        if answer is not None and not isinstance(answer, str):
+            raise InvalidArgumentError(f"answer must be the assistant's text, got {answer!r}")
         turns = tuple(self.history if history is None else history)
         if answer:
             turns = (*turns, Message("assistant", answer))

@@ -326,5 +326,10 @@ def messages_to_turns(
 
 def checkpoint_to_turns(checkpoint: RunCheckpoint) -> Iterator[Turn]:
     """The checkpoint's history as canonical turns, stamped with its ``checkpointedAt``."""
+    if not isinstance(checkpoint, RunCheckpoint):
+        hint = " (RunCheckpoint.from_json reads its JSON)" if isinstance(checkpoint, dict) else ""
+        raise InvalidArgumentError(
+            f"checkpoint_to_turns takes a RunCheckpoint, not {type(checkpoint).__name__}{hint}"
+        )
     ts = iso_utc(checkpoint.checkpointed_at) if checkpoint.checkpointed_at else None
     return messages_to_turns(checkpoint.history, ts=ts)

@@ -173,6 +173,8 @@ def open_transcript(
         raise InvalidArgumentError(
             f"unknown format {format!r}; expected one of {', '.join(FORMATS)}"
         )
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgumentError(f"open_transcript takes a file's path, got {path!r}")
     source = Path(path)
     detected = detect(source, max_record_bytes=max_record_bytes, forced=format)
     if subagent is not None and detected.format != "claude-code":

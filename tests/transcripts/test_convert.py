@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from agent_checkpoint._model import Message, RunCheckpoint, ThinkingBlock, ToolCall
 from agent_checkpoint._validation import validate_checkpoint
+from agent_checkpoint.errors import InvalidArgumentError
 from agent_checkpoint.transcripts import (
     Turn,
     checkpoint_to_turns,
@@ -266,3 +268,22 @@ def test_every_fixture_saves_to_a_valid_checkpoint_without_a_dangling_call(
     assert not waiting, f"dangling calls {waiting}"
     last_user = next(m for m in reversed(checkpoint.history) if m.role == "user")
     assert checkpoint.original_input.message == last_user.content
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        # each raised AttributeError or pathlib's TypeError from inside
+        (
+            lambda: list(checkpoint_to_turns({"runId": "r"})),  # type: ignore[arg-type]
+            "checkpoint_to_turns takes a RunCheckpoint, not dict (RunCheckpoint.from_json",
+        ),
+        (lambda: open_transcript(None), "open_transcript takes a file's path, got None"),
+        (lambda: open_transcript(["a.json"]), "open_transcript takes a file's path, got ['a"),
+    ],
+)
+def test_a_transcript_function_given_the_wrong_kind_of_value_names_it(
+    call: Callable[[], object], named: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=re.escape(named)):
+        call()
