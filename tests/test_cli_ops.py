@@ -318,3 +318,23 @@ def test_copy_into_a_store_opened_with_keys_says_the_records_stay_as_stored(
     code, out, _ = run(capsys, "rekey", "--store", target)
     assert code == 0 and out.startswith("re-encrypted 1 record(s)")
     assert b'"originalInput"' not in next((tmp_path / "sealed" / "records").iterdir()).read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("spec", "named"),
+    [
+        (
+            "garbage",
+            "cannot load migrations 'garbage': No module named 'garbage' (expected MODULE[:ATTR]",
+        ),
+        ("json:dumps", "'json:dumps' is a function, not a Migrations object (expected MODULE"),
+    ],
+)
+def test_migrate_says_what_migrations_takes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str, named: str
+) -> None:
+    url = str(tmp_path / "store")
+    with open_store(url) as store:
+        store.put(checkpoint("r"), key="k")
+    code, out, err = run(capsys, "migrate", "--migrations", spec, "--store", url)
+    assert (code, out) == (EXIT["usage"], "") and named in err

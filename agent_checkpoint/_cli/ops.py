@@ -145,9 +145,15 @@ def load_migrations(spec: str | None) -> Migrations | None:
     try:
         value = getattr(importlib.import_module(module_name), attr or "MIGRATIONS")
     except (ImportError, AttributeError) as exc:
-        raise CommandError(f"cannot load migrations {spec!r}: {exc}") from exc
+        raise CommandError(
+            f"cannot load migrations {spec!r}: {exc} (expected MODULE[:ATTR], an importable "
+            "module and its Migrations object, MIGRATIONS by default)"
+        ) from exc
     if not isinstance(value, Migrations):
-        raise CommandError(f"{spec!r} is not a Migrations object")
+        raise CommandError(
+            f"{spec!r} is a {type(value).__name__}, not a Migrations object "
+            "(expected MODULE[:ATTR], an importable module and its Migrations object)"
+        )
     return value
 
 

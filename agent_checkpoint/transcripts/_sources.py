@@ -179,7 +179,7 @@ def open_transcript(
     detected = detect(source, max_record_bytes=max_record_bytes, forced=format)
     if subagent is not None and detected.format != "claude-code":
         raise UnrecognizedFormatError(
-            f"{source}: a {detected.format} file has no sub-agents; --subagent reads "
+            f"{source}: this {detected.format} file has no sub-agents; --subagent reads "
             "Claude Code logs"
         )
     return Transcript(source, detected, max_record_bytes=max_record_bytes, subagent=subagent)
