@@ -9,6 +9,7 @@ import asyncio
 import itertools
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -653,3 +654,35 @@ def test_a_thread_belongs_to_the_owner_that_started_it(tmp_path: Path) -> None:
     assert [t.thread_id for t in bob.threads()] == []
     assert [t.thread_id for t in alice.threads()] == ["shared-id"]
     assert list(bob.list(None)) == []
+
+
+def test_a_thread_deleted_by_another_saver_starts_again_here(tmp_path: Path) -> None:
+    # this saver remembered the thread's lineage at its last revision, and the graph's next
+    # step, starting the thread anew, raised ConflictError "written by another writer"; the
+    # same after a Redis TTL expired the thread while the process was up
+    url = str(tmp_path / "store")
+    saver = AgentCheckpointSaver(url)
+    graph = chat_graph(saver)
+    config = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"messages": [HumanMessage("one", id="h1")]}, config)
+    AgentCheckpointSaver(url).delete_thread("t")
+    assert graph.get_state(config).values == {}
+    out = graph.invoke({"messages": [HumanMessage("two", id="h2")]}, config)
+    assert [m.text for m in out["messages"]] == ["two", "echo: two"]
+    fresh = chat_graph(AgentCheckpointSaver(url))
+    assert [m.text for m in fresh.get_state(config).values["messages"]] == ["two", "echo: two"]
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"owner": 42}, "owner must be a non-empty string, got 42"),  # stored as no owner
+        ({"ttl": 60}, "ttl is LangGraph's TTLConfig, {'default_ttl': minutes}, got 60"),
+        ({"ttl": {"ttl": 5}}, "ttl is LangGraph's TTLConfig"),  # was ignored
+    ],
+)
+def test_a_saver_option_of_the_wrong_kind_is_refused_when_made(
+    tmp_path: Path, options: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=re.escape(named)):
+        AgentCheckpointSaver(str(tmp_path / "store"), **options)

@@ -183,8 +183,9 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         **store_options: Any,
     ) -> None:
         super().__init__(serde=serde)
-        if not owner:
-            raise InvalidArgumentError("owner must be a non-empty string")
+        if not isinstance(owner, str) or not owner:
+            # a number (a user id) was taken, and stored as no owner at all
+            raise InvalidArgumentError(f"owner must be a non-empty string, got {owner!r}")
         if type(cache_threads) is not int or cache_threads < 0:
             raise InvalidArgumentError(
                 f"cache_threads must be a whole number from 0, got {cache_threads!r}"
@@ -600,6 +601,16 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         that holds the parent checkpoint (or the thread's latest) read from the store."""
         with self._lock:
             known = self._lineages.get(thread)
+        if (
+            known is not None
+            and known.key is not None
+            and parent is None
+            and store.head(known.key) is None
+        ):
+            # The graph starts the thread anew (it found no checkpoint), and the lineage this
+            # saver remembers is gone: deleted by another saver, swept, or expired on Redis.
+            self._forget(thread)
+            known = None
         if known is not None:
             return known
         if parent is None and store.head(thread.first_lineage) is None:
@@ -1139,9 +1150,17 @@ async def server_checkpointer() -> AsyncIterator[AgentCheckpointSaver]:
         await saver.aclose()
 
 
+_TTL_KEYS = frozenset({"default_ttl", "refresh_on_read", "sweep_interval_minutes"})
+"""LangGraph's ``TTLConfig``."""
+
+
 def _ttl_seconds(ttl: Mapping[str, Any] | None) -> float | None:
     if ttl is None:
         return None
+    if not isinstance(ttl, Mapping) or not _TTL_KEYS.issuperset(ttl):
+        raise InvalidArgumentError(
+            f"ttl is LangGraph's TTLConfig, {{'default_ttl': minutes}}, got {ttl!r}"
+        )
     minutes = ttl.get("default_ttl")
     if minutes is None:
         return None
