@@ -104,6 +104,7 @@ class AsyncStore(_Closing):
         self._opening: asyncio.Future[tuple[Store, _Runner]] | None = None
         self._store: Store | None = None
         self._runner: _Runner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one it opened on
         self._closed = False
 
     async def open(self) -> AsyncStore:
@@ -127,6 +128,7 @@ class AsyncStore(_Closing):
             self._opening = None  # the next call tries again
             raise
         self._store, self._runner = store, runner
+        self._loop = asyncio.get_running_loop()
         return store, runner
 
     @classmethod
@@ -220,7 +222,20 @@ class AsyncStore(_Closing):
         self._closed = True
         if self._store is None or self._runner is None:
             return
+        import asyncio  # not at import time: see _bridge.py
+
+        opened_on = self._loop
         try:
+            if (
+                isinstance(self._runner, Bridge)
+                and opened_on is not None
+                and opened_on is not asyncio.get_running_loop()
+                and opened_on.is_closed()
+            ):
+                # The asyncio drivers' pools belong to the loop the store opened on, closed
+                # since: their tasks and connections cannot be closed on this one (psycopg's
+                # pool then raises CancelledError on Python 3.13, RuntimeError before).
+                return
             await self._runner.run(self._store.close)
         except RuntimeError as exc:
             # Connections an asyncio driver made on an event loop closed since (a store used
