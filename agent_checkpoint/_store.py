@@ -651,10 +651,8 @@ def check_options(
 
 
 def check_record_limit(limit: object) -> None:
-    if limit is not None and (type(limit) is not int or limit < 1):
-        raise InvalidArgumentError(
-            f"max_record_bytes must be a whole number of bytes >= 1 or None, got {limit!r}"
-        )
+    if limit is not None:
+        check_count(limit, "max_record_bytes", least=1)
 
 
 _OPERATIONS = ("load", "head", "save", "drop", "scan", "close")

@@ -284,7 +284,8 @@ class Struct:
             return cls._read(data)
         except Mismatch:
             needed = [f for f in cls.FIELDS if f.attr in cls._PLAN.required]
-            wrong = [f"{f.key} is {_shape_of(f, data)}" for f in needed if _shape_of(f, data)]
+            shapes = [(f.key, _shape_of(f, data)) for f in needed]
+            wrong = [f"{key} is {shape}" for key, shape in shapes if shape]
             raise InvalidArgumentError(
                 f"{cls.__name__}.from_json needs an object whose keys "
                 f"{', '.join(f.key for f in needed)} hold values of their JSON types"

@@ -119,16 +119,14 @@ def _access(root: Path) -> Iterator[None]:
     read."""
     try:
         yield
-    except (PermissionError, sqlite3.OperationalError, BackendError) as exc:
-        cause = exc.__cause__ if isinstance(exc, BackendError) else exc
-        text = str(cause)
-        if not isinstance(cause, PermissionError) and "readonly" not in text:
+    except (PermissionError, sqlite3.OperationalError) as exc:
+        if isinstance(exc, sqlite3.OperationalError) and "readonly" not in str(exc):
             raise
         raise InvalidKeyError(
             f"disk store {os.path.abspath(root)!r} cannot be opened by this user: "
-            f"{getattr(cause, 'strerror', None) or text}; a disk store needs read and write "
+            f"{getattr(exc, 'strerror', None) or exc}; a disk store needs read and write "
             "access to its folder, even to list or read (its index is SQLite in WAL mode)"
-        ) from cause
+        ) from exc
 
 
 def _refuse_nested(root: Path) -> None:
@@ -201,7 +199,7 @@ class DiskBackend(Closable):
         self._siblings: dict[str, DiskBackend] = {}
         self._kept: dict[str, None] = {}  # keys whose marks this backend left, oldest first
         index = self.root / "index.sqlite3"
-        with _access(self.root), _translated("open"):
+        with _translated("open"), _access(self.root):  # _access sees the raw errors
             _check_root(self.root, create)
             self._files.records.mkdir(parents=True, exist_ok=True)
             self._locks.mkdir(exist_ok=True)

@@ -10,9 +10,9 @@ write that would grow the file past ``LOG_BYTES``, a larger record, a tombstone 
 record of a key replace the file (temp file, fsync, rename, folder fsync), with one frame.
 A rewrite's earlier frames stay in the file until it is replaced (at most ``LOG_BYTES`` of the
 key's earlier versions; a delete replaces it at once, and so does a write of sealed bytes over
-plain ones or back, ``DiskBackend.save``: a rekey leaves no plain frame behind). Versions before frames read a file of
-several as unreadable (all after its first header as the record): a store this version wrote
-needs this version or a later one.
+plain ones or back, ``DiskBackend.save``: a rekey leaves no plain frame behind). Versions
+before frames read a file of several as unreadable (all after its first header as the
+record): a store this version wrote needs this version or a later one.
 
 Version 0.4 stored a growing history *split*: the record file held the envelope's head (its
 history cut out at ``GAP``) and a ``split`` header naming a data file under ``segments/``
