@@ -554,6 +554,26 @@ def test_bad_arguments_are_refused_by_name(tmp_path: Path) -> None:
         list_sessions(path, limit=0)
 
 
+def test_a_session_id_and_store_given_in_the_wrong_order_are_refused_and_nothing_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``AgentCheckpointSession(store, session_id)`` would open a new disk store named after
+    the session, beside the real one; it is refused, naming the order."""
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "store"
+    asyncio.run(
+        AgentCheckpointSession("user-1", str(store)).add_items([{"role": "user", "content": "hi"}])
+    )
+    for swapped in (str(store), "redis://127.0.0.1:6379/0"):
+        with pytest.raises(InvalidArgumentError, match="the session id comes first"):
+            AgentCheckpointSession(swapped, "user-1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+    # an id that merely holds a slash, or a store folder that exists, is not a swap
+    session = AgentCheckpointSession("team/user-1", "store")
+    asyncio.run(session.add_items([{"role": "user", "content": "ok"}]))
+    assert asyncio.run(session.get_items()) == [{"role": "user", "content": "ok"}]
+
+
 def test_a_conversation_written_before_a_restart_is_not_cached_stale(tmp_path: Path) -> None:
     """Two processes' sessions on one conversation (here two objects on one store): each
     sees what the other wrote, and pops what is stored now, not what it last saw."""

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -395,6 +396,15 @@ class _Seen:
 _NONE = _Seen(None, (), "")
 
 
+def _looks_swapped(session_id: str, store: str) -> bool:
+    """Whether ``(session_id, store)`` reads as ``(store, session_id)``: the id is a store URL
+    or an existing folder, and the store is a path that names nothing yet (opening it would
+    make a new disk store named after the session)."""
+    if "://" in store or os.path.exists(store):
+        return False
+    return "://" in session_id or os.path.isdir(session_id)
+
+
 class AgentCheckpointSession(OnStore):
     """The Agents SDK's ``Session`` on an agent-checkpoint store (see the module docstring).
 
@@ -425,6 +435,12 @@ class AgentCheckpointSession(OnStore):
             )
         if not isinstance(owner, str) or not owner or not owner.isprintable():
             raise InvalidArgumentError(f"owner must be a non-empty printable string, got {owner!r}")
+        if isinstance(store, str) and _looks_swapped(session_id, store):
+            raise InvalidArgumentError(
+                f"AgentCheckpointSession(session_id, store): the session id comes first, and "
+                f"{session_id!r} looks like a store ({'a URL' if '://' in session_id else 'a folder'})"
+                f" while the store {store!r} does not exist; was the order swapped?"
+            )
         if session_settings is not None and not isinstance(session_settings, SessionSettings):
             raise InvalidArgumentError(
                 f"session_settings must be the SDK's SessionSettings, got {session_settings!r}"
