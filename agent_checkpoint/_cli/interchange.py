@@ -230,7 +230,7 @@ def run_save(args: argparse.Namespace) -> int:
             if args.output:
                 count = _write(args.output, turns)
             else:
-                key = default_key(transcript, args.subagent)
+                key = default_key(transcript, transcript.subagent)
                 checkpoint, report = turns_to_checkpoint(turns)
                 checkpoint = replace(checkpoint, identity=Identity(key))
     if args.output == "-":  # stdout holds the turns: the report goes to stderr

@@ -53,7 +53,8 @@ class ClaudeCodeLog:
     """A Claude Code session log as a re-iterable source of canonical turns.
 
     ``subagent`` picks the conversation of that sub-agent (its ``agentId``) instead of the
-    main one; a log holding only sidechain lines is read as its sub-agent's conversation.
+    main one; a log holding only sidechain lines is read as its sub-agent's conversation
+    (``subagent`` then names that sub-agent, once read).
     """
 
     def __init__(self, lines: JsonLines, *, ts: str, subagent: str | None = None) -> None:
@@ -110,6 +111,7 @@ class ClaudeCodeLog:
         if agent != MAIN:
             # A sub-agent's own log: every message line is a sidechain.
             name = tree.name_of(agent)
+            self.subagent = name  # what was read: its key is the sub-agent's, not the main one's
             others = [n for n in names if n != name]
             notes.append(
                 f"every message line is a sidechain: read it as the conversation of sub-agent "

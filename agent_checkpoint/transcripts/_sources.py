@@ -39,7 +39,8 @@ class Transcript:
     """The turns of one transcript file, re-read on every iteration.
 
     Missing timestamps are filled with the time the transcript was opened, the same for
-    every turn of one ``Transcript``.
+    every turn of one ``Transcript``. ``subagent`` is the sub-agent whose conversation is read:
+    the one asked for, or, once read, the one a Claude Code sub-agent's own log holds.
     """
 
     def __init__(
@@ -128,6 +129,7 @@ class Transcript:
             if self._log is None:
                 self._log = ClaudeCodeLog(self._lines("any"), ts=ts, subagent=self.subagent)
             yield from self._log
+            self.subagent = self._log.subagent  # a sub-agent's own log names its sub-agent
             notes.extend(self._log.notes)
             return
         if self.format == "codex":

@@ -214,3 +214,33 @@ def test_save_subagent_writes_that_sub_agents_turns(
     assert missing.code == 5
     assert missing.err.startswith("agent-checkpoint: error: ")
     assert "no sub-agent 'zzz'" in missing.err
+
+
+def test_a_sub_agents_own_log_saved_into_a_store_keeps_the_main_conversation(
+    run: Callable[..., Ran], fixture_path: Fixture, tmp_path: Path
+) -> None:
+    """A sub-agent's own log carries its parent's ``sessionId``: saved without ``--key`` it
+    goes under ``<session>/<sub-agent>``, beside the main conversation, never over it."""
+    store = str(tmp_path / "store")
+    main = run(
+        "save",
+        str(fixture_path("corpus/claude-code/spotter-8463c716-first-854-lines.jsonl")),
+        "--store",
+        store,
+        "--json",
+    )
+    sub = run(
+        "save",
+        str(fixture_path("corpus/claude-code/spotter-8463c716-agent-a7be2f0.jsonl")),
+        "--store",
+        store,
+        "--json",
+    )
+    assert (main.code, sub.code) == (0, 0), (main.err, sub.err)
+    session = "8463c716-a2ea-4c14-9efa-87158ebd9f20"
+    assert json.loads(main.out)["key"] == session
+    assert json.loads(sub.out)["key"] == f"{session}/a7be2f0"
+    assert json.loads(main.out)["revision"] == json.loads(sub.out)["revision"] == 1
+    shown = run("--store", store, "show", session, "--json")
+    history = json.loads(shown.out)["envelope"]["data"]["history"]
+    assert len(history) == json.loads(main.out)["messages"]
