@@ -14,18 +14,21 @@ from collections.abc import Iterable, Iterator
 
 from .._model import Json
 from ._errors import MalformedTranscriptError
-from ._turns import Turn, make_tool_call, make_tool_result
+from ._turns import CallNames, Turn, make_tool_call, make_tool_result
 
 __all__ = ["PROVIDER", "assistant_turn", "tool_calls_of", "turns_from_messages", "user_turns"]
 
 PROVIDER = "anthropic"
 
 
-def tool_calls_of(content: Json, names: dict[str, str] | None = None) -> list[dict[str, Json]]:
-    """The ``tool_use`` blocks of ``content`` as canonical tool calls (remembered in ``names``)."""
+def tool_calls_of(content: Json, names: CallNames | None = None) -> list[dict[str, Json]]:
+    """The ``tool_use`` blocks of ``content`` as canonical tool calls (remembered in ``names``,
+    one batch)."""
     calls: list[dict[str, Json]] = []
     if not isinstance(content, list):
         return calls
+    if names is not None:
+        names.new_batch()
     for block in content:
         if isinstance(block, dict) and block.get("type") == "tool_use":
             id_, name = block.get("id"), block.get("name")
@@ -33,12 +36,12 @@ def tool_calls_of(content: Json, names: dict[str, str] | None = None) -> list[di
             name = name if isinstance(name, str) else ""
             calls.append(make_tool_call(id_, name, block.get("input", {})))
             if names is not None and id_:
-                names[id_] = name
+                names.add(id_, name)
     return calls
 
 
 def assistant_turn(
-    content: Json, *, model: str | None, ts: str | None, names: dict[str, str] | None = None
+    content: Json, *, model: str | None, ts: str | None, names: CallNames | None = None
 ) -> Turn:
     calls = tool_calls_of(content, names)
     return Turn(
@@ -52,7 +55,7 @@ def assistant_turn(
 
 
 def user_turns(
-    content: Json, *, ts: str | None, names: dict[str, str], role: str = "user"
+    content: Json, *, ts: str | None, names: CallNames, role: str = "user"
 ) -> Iterator[Turn]:
     """The tool turns for the ``tool_result`` blocks of a user message, then the rest."""
     if not isinstance(content, list):
@@ -65,7 +68,7 @@ def user_turns(
             id_ = id_ if isinstance(id_, str) else ""
             body = block.get("content", "")
             result = make_tool_result(
-                id_, body, name=names.pop(id_, None), is_error=block.get("is_error") is True
+                id_, body, name=names.take(id_), is_error=block.get("is_error") is True
             )
             yield Turn("tool", body, tool_results=(result,), provider=PROVIDER, ts=ts)
         else:
@@ -84,7 +87,7 @@ def turns_from_messages(
     """Turns of an Anthropic ``messages`` array (and its request's ``system`` prompt)."""
     if system:
         yield Turn("system", system, provider=PROVIDER, ts=ts)
-    names: dict[str, str] = {}
+    names = CallNames()
     for i, message in enumerate(messages, 1):
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
             raise MalformedTranscriptError(

@@ -27,7 +27,7 @@ from ._anthropic import PROVIDER, assistant_turn, tool_calls_of, user_turns
 from ._claude_code_tree import MAIN, LogTree, Picked
 from ._errors import EmptyTranscriptError
 from ._jsonio import JsonLines
-from ._turns import Turn, iso_utc
+from ._turns import CallNames, Turn, iso_utc
 
 __all__ = ["LINE_TYPES", "META_REASON", "ClaudeCodeLog"]
 
@@ -132,7 +132,7 @@ class ClaudeCodeLog:
         self.notes = list(self._index_notes)
         meta = self._picked.meta
         offsets = self._picked.offsets
-        names: dict[str, str] = {}
+        names = CallNames()
         held: Turn | None = None
         held_id: Json = None
         results: list[Turn] = []
@@ -203,7 +203,7 @@ def _blocks(content: Json) -> list[Json]:
     return [{"type": "text", "text": content}] if content else []
 
 
-def _merge(turn: Turn, content: Json, names: dict[str, str]) -> Turn:
+def _merge(turn: Turn, content: Json, names: CallNames) -> Turn:
     calls = (turn.tool_calls or ()) + tuple(tool_calls_of(content, names))
     return Turn(
         "assistant",

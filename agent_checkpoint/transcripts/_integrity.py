@@ -1,7 +1,9 @@
 """Tool-call integrity across a whole conversation, not only its last turn.
 
 Every tool call must be answered by exactly one tool result after it, and every result
-must answer a call. Results pair with calls by id, first come first served, so:
+must answer a call. Results pair with calls by id: a result answers the first waiting call
+with its id in the newest turn that has one (an older turn's call with that id was left
+unanswered when a later turn used the id again), so:
 
 - a **duplicate call id** (reused later, or twice in one parallel batch) is renamed
   ``<id>~<n>``, together with the result that answers it, and inside the turn's content;
@@ -282,7 +284,7 @@ def plan_integrity(turns: Iterable[Turn], *, policy: Policy = "drop") -> Integri
                 plan.drop_results.add((i, p))
                 dropped += 1
                 continue
-            call_turn, effective, _, _ = waiting.popleft()
+            call_turn, effective, _, _ = _answered(waiting)
             if not waiting:
                 del pending[rid]
             starts.append(call_turn)
@@ -347,6 +349,18 @@ def plan_integrity(turns: Iterable[Turn], *, policy: Policy = "drop") -> Integri
         renamed=tuple(r for r in renamed if cut is None or r.turn < cut),
     )
     return plan
+
+
+def _answered(waiting: deque[tuple[int, str, str, int]]) -> tuple[int, str, str, int]:
+    """The waiting call (turn, effective id, name, position) a result with their id answers,
+    taken from ``waiting`` (in call order): the first of the newest turn's, as ``CallNames``
+    pairs names. An older turn's call with that id was left unanswered when a later turn used
+    the id again."""
+    newest = waiting[-1][0]
+    at = next(i for i, (turn, _, _, _) in enumerate(waiting) if turn == newest)
+    entry = waiting[at]
+    del waiting[at]
+    return entry
 
 
 def _cut(n: int, starts: array[int], ends: array[int], dangling: list[Dangling]) -> int:

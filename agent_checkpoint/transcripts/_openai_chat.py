@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 
 from .._model import Json
 from ._errors import MalformedTranscriptError
-from ._turns import Turn, make_tool_call, make_tool_result
+from ._turns import CallNames, Turn, make_tool_call, make_tool_result
 
 __all__ = ["PROVIDER", "ROLES", "turns_from_messages"]
 
@@ -42,7 +42,7 @@ def turns_from_messages(
     messages: Iterable[Json], *, model: str | None = None, ts: str
 ) -> Iterator[Turn]:
     """Turns of an OpenAI chat ``messages`` array, in order."""
-    names: dict[str, str] = {}
+    names = CallNames()
     legacy: list[tuple[str, str]] = []
     for i, message in enumerate(messages, 1):
         role = message.get("role") if isinstance(message, dict) else None
@@ -54,6 +54,7 @@ def turns_from_messages(
         role, content = message["role"], message.get("content")
         if role == "assistant":
             calls: list[dict[str, Json]] = []
+            names.new_batch()
             raw_calls = message.get("tool_calls") or []
             if not isinstance(raw_calls, list):
                 raise MalformedTranscriptError(f"message {i}: tool_calls is not a list")
@@ -62,7 +63,7 @@ def turns_from_messages(
                 if call is None:
                     raise MalformedTranscriptError(f"message {i}: tool call {j} has no function")
                 calls.append(call)
-                names[str(call["id"])] = _name(call)
+                names.add(str(call["id"]), _name(call))
             function_call = message.get("function_call")
             if isinstance(function_call, dict):
                 id_ = f"legacy-{i}"
@@ -81,7 +82,7 @@ def turns_from_messages(
         elif role == "tool":
             answered = message.get("tool_call_id")
             answered = answered if isinstance(answered, str) else ""
-            result = make_tool_result(answered, content, name=names.pop(answered, None))
+            result = make_tool_result(answered, content, name=names.take(answered))
             yield Turn("tool", content, tool_results=(result,), provider=PROVIDER, ts=ts)
         elif role == "function":
             name = str(message.get("name", ""))

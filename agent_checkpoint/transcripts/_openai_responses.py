@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 
 from .._model import Json
 from ._errors import MalformedTranscriptError
-from ._turns import Turn, make_tool_call, make_tool_result
+from ._turns import CallNames, Turn, make_tool_call, make_tool_result
 
 __all__ = [
     "CALL_TYPES",
@@ -73,7 +73,7 @@ class ItemGrouper:
     def __init__(self, *, ts: str, notes: list[str] | None = None) -> None:
         self.default_ts = ts
         self.notes = notes if notes is not None else []
-        self.names: dict[str, str] = {}
+        self.names = CallNames()
         self._content: list[Json] = []
         self._calls: list[dict[str, Json]] = []
         self._ts: str | None = None
@@ -101,20 +101,21 @@ class ItemGrouper:
             id_ = item.get("call_id")
             id_ = id_ if isinstance(id_, str) else ""
             output = item.get("output")
-            result = make_tool_result(id_, output, name=self.names.pop(id_, None))
+            result = make_tool_result(id_, output, name=self.names.take(id_))
             yield Turn("tool", output, tool_results=(result,), provider=PROVIDER, ts=ts)
         elif kind in SKIPPED_TYPES:
             self._skipped[kind] = self._skipped.get(kind, 0) + 1
         else:
             if not self._content:
                 self._ts, self._model = ts, model
+                self.names.new_batch()
             self._content.append(item)
             if kind in CALL_TYPES:
                 call = _call(item)
                 self._calls.append(call)
                 function = call["function"]
                 if isinstance(function, dict):
-                    self.names[str(call["id"])] = str(function["name"])
+                    self.names.add(str(call["id"]), str(function["name"]))
 
     def flush(self) -> Iterator[Turn]:
         """The assistant turn being gathered, if any."""

@@ -32,6 +32,7 @@ from ._jsonio import MAX_RECORD_BYTES, dump_line, read_values
 
 __all__ = [
     "TURN_KEYS",
+    "CallNames",
     "Turn",
     "call_arguments",
     "call_id",
@@ -115,6 +116,39 @@ class Turn:
 
     def evolve(self, **changes: Any) -> Turn:
         return replace(self, **changes)
+
+
+class CallNames:
+    """The tool names of calls waiting for their results, by call id, for results that do
+    not name their tool. A result answers the newest batch (assistant message) holding a
+    waiting call with its id, that batch's first such call first: two calls of one batch may
+    share an id, and a call left unanswered by an interrupted turn may see its id used again
+    by a later one, which is the call its result answers."""
+
+    __slots__ = ("_batch", "_waiting")
+
+    def __init__(self) -> None:
+        self._batch = 0
+        self._waiting: dict[str, list[tuple[int, str]]] = {}
+
+    def new_batch(self) -> None:
+        """The calls added from now on belong to a new assistant message."""
+        self._batch += 1
+
+    def add(self, id_: str, name: str) -> None:
+        self._waiting.setdefault(id_, []).append((self._batch, name))
+
+    def take(self, id_: str) -> str | None:
+        """The name of the call a result with ``id_`` answers (no longer waiting), if any."""
+        waiting = self._waiting.get(id_)
+        if not waiting:
+            return None
+        newest = waiting[-1][0]
+        at = next(i for i, (batch, _) in enumerate(waiting) if batch == newest)
+        name = waiting.pop(at)[1]
+        if not waiting:
+            del self._waiting[id_]
+        return name
 
 
 def call_id(call: JsonObject) -> str:

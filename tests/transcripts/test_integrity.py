@@ -180,6 +180,38 @@ def test_an_id_reused_in_a_later_turn_is_renamed() -> None:
     assert repaired[3].content == "second"
 
 
+def test_a_result_answers_the_newest_call_with_its_id_not_an_interrupted_older_one() -> None:
+    """Servers that number ids per turn (``call_0``) reuse an id after an interrupted call:
+    the result answers the call just before it, and the interrupted call is the one that
+    dangles (dropped, the user's words after it kept)."""
+    history = [
+        user("run tests"),
+        calls("call_0"),
+        user("stop, check the weather"),
+        calls("call_0"),
+        result("call_0", "-3C snow"),
+        Turn("assistant", "It is -3C in Oslo."),
+    ]
+    repaired, report = repair(history)
+    assert flat(repaired) == [
+        ("user", "run tests"),
+        ("user", "stop, check the weather"),
+        ("assistant", ("call_0~2",)),
+        ("tool", ("call_0~2",)),
+        ("assistant", "It is -3C in Oslo."),
+    ]
+    assert repaired[3].content == "-3C snow"
+    assert [(d.turn, d.id) for d in report.dropped] == [(1, "call_0")]
+    synthesized, _ = repair(history, policy="synthesize")
+    assert flat(synthesized)[2:6] == [
+        ("tool", ("call_0",)),
+        ("user", "stop, check the weather"),
+        ("assistant", ("call_0~2",)),
+        ("tool", ("call_0~2",)),
+    ]
+    assert synthesized[2].content == DANGLING_RESULT and synthesized[5].content == "-3C snow"
+
+
 ids = st.sampled_from(["a", "b", "c"])
 turn_strategy = st.one_of(
     st.builds(user, st.sampled_from(["hi", "more"])),

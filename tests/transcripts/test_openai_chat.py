@@ -85,3 +85,42 @@ def test_a_request_body_gives_its_model_to_assistant_turns(tmp_path: Path) -> No
         ("user", None),
         ("assistant", "gpt-4o"),
     ]
+
+
+def _call(id_: str, name: str) -> dict[str, object]:
+    return {"id": id_, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+def test_a_result_is_named_after_the_call_it_answers_when_ids_repeat(tmp_path: Path) -> None:
+    """Two calls of one batch with one id are answered in their order; an id used again
+    after an interrupted call names the newer call's tool."""
+    batch = [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [_call("c0", "read_file"), _call("c0", "delete_file")],
+        },
+        {"role": "tool", "tool_call_id": "c0", "content": "file contents"},
+        {"role": "tool", "tool_call_id": "c0", "content": "deleted"},
+    ]
+    reused = [
+        {"role": "user", "content": "run tests"},
+        {"role": "assistant", "content": None, "tool_calls": [_call("c0", "run_tests")]},
+        {"role": "user", "content": "stop, check the weather"},
+        {"role": "assistant", "content": None, "tool_calls": [_call("c0", "get_weather")]},
+        {"role": "tool", "tool_call_id": "c0", "content": "-3C snow"},
+    ]
+    named = []
+    for name, messages in (("batch", batch), ("reused", reused)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(messages))
+        named.append(
+            [
+                (t.content, t.tool_results[0]["name"])
+                for t in open_transcript(path)
+                if t.tool_results
+            ]
+        )
+    assert named[0] == [("file contents", "read_file"), ("deleted", "delete_file")]
+    assert named[1] == [("-3C snow", "get_weather")]
