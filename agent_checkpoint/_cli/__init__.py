@@ -111,9 +111,39 @@ def exit_code_for(exc: BaseException) -> int:
     return EXIT["internal"]
 
 
+_TAKES_A_COMMAND = {
+    "resume": "resume CKPT [OPTIONS] -- COMMAND [ARG...]",
+    "resume-worker": "resume-worker [OPTIONS] -- COMMAND [ARG...]",
+}
+"""The commands that run a command of the user's, given after ``--``, and their usage."""
+
+
+def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
+    """``argv`` before the ``--`` that starts the command ``resume`` or ``resume-worker``
+    runs, and the command after it (``None`` without one): options of ours may come anywhere
+    before the ``--``, and nothing after it is ours."""
+    argv = list(argv)
+    if "--" in argv:
+        at = argv.index("--")
+        if not _TAKES_A_COMMAND.keys().isdisjoint(argv[:at]):
+            return argv[:at], argv[at + 1 :]
+    return argv, None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    ours, command = _split_command(sys.argv[1:] if argv is None else argv)
+    args, unknown = parser.parse_known_args(ours)
+    if unknown and command is None and isinstance(getattr(args, "command", None), list):
+        name = next(word for word in ours if word in _TAKES_A_COMMAND)
+        parser.error(
+            f"{' '.join(unknown)}: the options of the command to run go after -- "
+            f"({_TAKES_A_COMMAND[name]})"
+        )
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if command is not None:
+        args.command = [*args.command, *command]
     boundary = Boundary(verbose=args.verbose, quiet=args.quiet)
     boundary.add_urls([getattr(args, "store", None), getattr(args, "to", None)])
     try:

@@ -138,7 +138,7 @@ def register(sub: Any) -> None:
     )
     _add_input_format(resume)
     _add_on_dangling(resume)
-    resume.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
+    resume.add_argument("command", nargs="*", help="-- COMMAND [ARG...]")
     resume.set_defaults(run=run_resume)
 
     diff = sub.add_parser(
@@ -292,6 +292,11 @@ def _temp_copy(turns: Iterable[Turn]) -> _Resumable:
 def _prepare(args: argparse.Namespace) -> _Resumable:
     """Check the checkpoint before anything runs; refuse what cannot be resumed."""
     store_url = getattr(args, "store", None)
+    if store_url and args.input_format:
+        raise CommandError(
+            f"--format reads a file as that format; with --store, {args.checkpoint!r} is a key "
+            "of the store, whose checkpoints need none"
+        )
     if store_url:
         with store_from(args) as store:
             checkpoint = store.get(args.checkpoint)
@@ -320,8 +325,6 @@ def _prepare(args: argparse.Namespace) -> _Resumable:
 
 def run_resume(args: argparse.Namespace) -> int:
     command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
     if not command:
         raise CommandError("resume needs a command: resume CKPT -- COMMAND [ARG...]")
     resumable = _prepare(args)

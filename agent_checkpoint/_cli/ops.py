@@ -295,7 +295,7 @@ def _run_command(command: list[str], seed: ResumeSeed, claim: Claim) -> RunCheck
 def cmd_resume_worker(args: argparse.Namespace) -> int:
     if not args.command:
         raise CommandError("give the command to run for each resumed run after --")
-    command = args.command[1:] if args.command[0] == "--" else args.command
+    command = args.command
     worker = args.worker or f"{socket.gethostname()}:{os.getpid()}"
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     with store_from(args) as store:
@@ -386,6 +386,6 @@ def register(sub: Any) -> None:
     p.add_argument("--phase", choices=["iteration", "tool", "llm", "unknown"])
     p.add_argument("--limit", type=int, help="stop after resuming N runs")
     add_json_option(p, "the report")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    p.add_argument("command", nargs="*", metavar="-- COMMAND ...")
     add_store_option(p)
     p.set_defaults(run=cmd_resume_worker)

@@ -204,6 +204,31 @@ def test_resume_propagates_the_exit_code_and_signals(run: Run, tmp_path: Path) -
     assert run("resume", str(checkpoint)).code == 2
 
 
+def test_resume_takes_its_options_anywhere_before_the_command(
+    run: Run, tmp_path: Path, fixture_path: Fixture
+) -> None:
+    """``resume CKPT [--format F] [--on-dangling ...] -- COMMAND``, as docs/interchange.md
+    writes it: options after CKPT are resume's, everything after ``--`` the command's."""
+    source = str(fixture_path("transcripts/openai_chat_tools.json"))  # its last call dangles
+    count = "import os; print(len(open(os.environ['AGENT_CHECKPOINT_INIT']).readlines()))"
+    cut = run("resume", source, "--", PY, "-c", count)
+    kept = run("resume", source, "--on-dangling", "synthesize", "--", PY, "-c", count)
+    assert (cut.code, kept.code) == (0, 0), (cut.err, kept.err)
+    assert int(kept.out) == int(cut.out) + 2  # the cut call and its made-up result
+    assert "added an error result for tool call call_book" in kept.err
+    # the command's own options, and a "--" of its own, are left to it
+    echo = run("resume", source, "--", PY, "-c", "import sys; print(sys.argv[1:])", "--", "-x")
+    assert echo.code == 0 and echo.out.strip() == "['--', '-x']"
+    # a command's options without "--" are refused naming the fix, and nothing runs
+    marker = tmp_path / "ran"
+    bare = run("resume", source, *marker_command(marker), "-c")
+    assert bare.code == 2 and "go after --" in bare.err and not marker.exists()
+    store = str(tmp_path / "store")
+    assert run("save", source, "--store", store, "--key", "k").code == 0
+    mixed = run("resume", "--store", store, "k", "--format", "turns", "--", *marker_command(marker))
+    assert mixed.code == 2 and "is a key of the store" in mixed.err and not marker.exists()
+
+
 def test_save_and_resume_through_a_store(run: Run, tmp_path: Path, fixture_path: Fixture) -> None:
     store = str(tmp_path / "store")
     source = fixture_path("transcripts/anthropic_messages.json")
