@@ -46,6 +46,7 @@ from ._model import (
 )
 from ._store import (
     DEFAULT_STORE_PATH,
+    MAX_KEY_LENGTH,
     STORE_ENV,
     Forgotten,
     Page,
@@ -108,6 +109,7 @@ __version__ = "0.4.0"
 __all__ = [
     "DEFAULT_STORE_PATH",
     "KEYS_ENV",
+    "MAX_KEY_LENGTH",
     "STORE_ENV",
     "AgentRef",
     "AsyncClaim",

@@ -29,6 +29,7 @@ from support.processes import run_module
 from support.store_urls import url_for_processes
 
 from agent_checkpoint import (
+    MAX_KEY_LENGTH,
     ClaimedError,
     ConflictError,
     InvalidArgumentError,
@@ -686,3 +687,55 @@ def test_a_saver_option_of_the_wrong_kind_is_refused_when_made(
 ) -> None:
     with pytest.raises(InvalidArgumentError, match=re.escape(named)):
         AgentCheckpointSaver(str(tmp_path / "store"), **options)
+
+
+# -- what a thread id, a namespace and a checkpoint's values may be ----------------------------
+
+
+def test_a_thread_id_too_long_for_the_store_keys_is_refused_before_anything_is_written(
+    url: str,
+) -> None:
+    """The longest thread id runs a graph and reads back; one character more is refused at
+    the first put, naming thread_id and the longest allowed, with nothing stored (it was
+    accepted, and its writes' keys then failed the store's limit after its checkpoint)."""
+    store = open_store(url)
+    saver = AgentCheckpointSaver(store)
+    # a root-namespace writes key: langgraph/<thread>/-/c/<checkpoint id>/w/<task id>
+    longest = MAX_KEY_LENGTH - len("langgraph//-/c//w/") - 2 * len(str(uuid.uuid4()))
+    too_long = {"configurable": {"thread_id": "t" * (longest + 1)}}
+    with pytest.raises(InvalidArgumentError, match=rf"thread_id .*longest allowed is {longest}\b"):
+        chat_graph(saver).invoke({"messages": [HumanMessage("hi", id="h1")]}, too_long)
+    assert list(store.iter_summaries()) == []
+    config = {"configurable": {"thread_id": "t" * longest}}
+    graph = chat_graph(saver)
+    graph.invoke({"messages": [HumanMessage("one", id="h1")]}, config)
+    graph.invoke({"messages": [HumanMessage("two", id="h2")]}, config)
+    fresh = AgentCheckpointSaver(store)
+    latest = fresh.get_tuple(config)
+    assert latest is not None
+    assert [m.id for m in latest.checkpoint["channel_values"]["messages"]] == [
+        "h1",
+        "ai-h1",
+        "h2",
+        "ai-h2",
+    ]
+    listed = list(fresh.list(config))
+    assert len(listed) == 6 and listed[0].checkpoint["id"] == latest.checkpoint["id"]
+    # a subgraph's namespace takes room too: the bound is computed for it, not the root's
+    ns = f"child:{uuid.uuid4()}"
+    room = longest - len(f"+{ns}") + len("-")
+    for size, fits in ((room, True), (room + 1, False)):
+        sub: Any = {"configurable": {"thread_id": "n" * size, "checkpoint_ns": ns}}
+        checkpoint = empty_checkpoint()
+        if not fits:
+            with pytest.raises(InvalidArgumentError, match=rf"longest allowed is {room}\b"):
+                saver.put(sub, checkpoint, {"step": 0}, {})
+            assert list(store.iter_summaries(agent_id=f"langgraph:{'n' * size}")) == []
+            continue
+        stored = saver.put(sub, checkpoint, {"step": 0}, {})
+        saver.put_writes(stored, [("channel", "value")], str(uuid.uuid4()))
+        found = AgentCheckpointSaver(store).get_tuple(stored)
+        assert found is not None and [w[1:] for w in found.pending_writes or []] == [
+            ("channel", "value")
+        ]
+    store.close()

@@ -20,6 +20,7 @@ PUBLIC = [
     "AsyncStore",
     "DEFAULT_STORE_PATH",
     "KEYS_ENV",
+    "MAX_KEY_LENGTH",
     "STORE_ENV",
     "AgentRef",
     "Backend",

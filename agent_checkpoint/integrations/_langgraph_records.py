@@ -23,12 +23,14 @@ from langchain_core.messages import (
 )
 from langchain_core.runnables import RunnableConfig
 
-from agent_checkpoint import InvalidArgumentError, Message, ToolCall
+from agent_checkpoint import MAX_KEY_LENGTH, InvalidArgumentError, Message, ToolCall
 
 ROOT_NS = "-"  # the root namespace ("") in a key
 ENTRY_ROLE = "checkpoint"
 """The role of a checkpoint's entry in its lineage's history (no text: no tool counts it)."""
 _UUID_EPOCH = 0x01B21DD213814000  # 1582-10-15 to 1970-01-01 in 100 ns ticks (RFC 9562)
+TASK_ID_LENGTH = len(str(uuid.UUID(int=0)))
+"""The length of LangGraph's task ids (a UUID's text), which key a checkpoint's writes."""
 
 
 # -- keys ---------------------------------------------------------------------------------
@@ -85,6 +87,38 @@ class Key:
     def holds_lineage(self, key: str) -> bool:
         prefix = f"{self.base}/m/"
         return key.startswith(prefix) and "/" not in key[len(prefix) :]
+
+
+def check_room(thread: Key, checkpoint_id: str, task_id: str | None = None) -> None:
+    """Refuse a thread id too long for the keys a checkpoint and its writes are stored under
+    (``MAX_KEY_LENGTH``), before anything is written: the room left by the longest of them
+    with the thread's namespace, ``checkpoint_id`` and ``task_id`` (at a put, a task id of
+    LangGraph's: its writes come next)."""
+    bare = Key("", thread.ns)
+    task = "0" * TASK_ID_LENGTH if task_id is None else task_id
+    taken = max(
+        len(key)
+        for key in (
+            bare.first_lineage,
+            bare.lineage(checkpoint_id),
+            bare.writes(checkpoint_id, task),
+        )
+    )
+    room = MAX_KEY_LENGTH - taken
+    size = len(escape(thread.thread))
+    if size <= room:
+        return
+    if room < 1:
+        raise InvalidArgumentError(
+            f"checkpoint_ns ({len(thread.ns)} characters), checkpoint_id ({len(checkpoint_id)}) "
+            f"and task_id ({len(task)}) leave no room for a thread_id in the store's keys of "
+            f"at most {MAX_KEY_LENGTH} characters"
+        )
+    raise InvalidArgumentError(
+        f"thread_id is too long for the store's keys: {size} characters ('/' and '%' count "
+        f"three), and the longest allowed is {room} (keys hold {MAX_KEY_LENGTH}; the thread's "
+        "namespace, checkpoint ids and task ids take the rest)"
+    )
 
 
 def thread_of(config: RunnableConfig) -> Key:

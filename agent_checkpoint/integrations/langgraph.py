@@ -31,6 +31,10 @@ What it stores, under keys ``langgraph/<thread>/<namespace>/...``:
 - ``c/<inverted checkpoint id>/w/<task>``: the pending writes of one task, saved at their
   checkpoint's time.
 
+A thread id that would make one of these keys longer than the store takes (``MAX_KEY_LENGTH``,
+with the namespace, the checkpoint's id and a task id of LangGraph's) is refused at its put,
+naming the longest allowed, before anything is written.
+
 This layout replaced one with a record per checkpoint (``c/<inverted checkpoint id>``)
 before any release: what that one stored is not read, and there is no migration.
 
@@ -109,6 +113,7 @@ from ._langgraph_records import (
     ENTRY_ROLE,
     ROOT_NS,
     Key,
+    check_room,
     id_time,
     is_messages,
     pack,
@@ -445,6 +450,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         thread = thread_of(config)
         checkpoint_id = checkpoint["id"]
+        check_room(thread, checkpoint_id)
         parent = get_checkpoint_id(config)
         values = dict(checkpoint["channel_values"])
         messages = values.pop(self.messages_channel, None)
@@ -718,6 +724,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id is None:
             raise InvalidArgumentError("put_writes needs the config of a stored checkpoint")
+        check_room(thread, checkpoint_id, task_id)
         fresh = {
             WRITES_IDX_MAP.get(channel, idx): [channel, *self._dump(value)]
             for idx, (channel, value) in enumerate(writes)
