@@ -739,3 +739,48 @@ def test_a_thread_id_too_long_for_the_store_keys_is_refused_before_anything_is_w
             ("channel", "value")
         ]
     store.close()
+
+
+def test_copying_onto_a_thread_that_has_checkpoints_is_refused_and_changes_neither(
+    url: str,
+) -> None:
+    """LangGraph's savers leave a copy onto a thread in use undefined (none of the official
+    ones implements copy_thread); it silently replaced the target's lineage here, keeping its
+    pending writes. It is refused, naming the target, and both threads stay as they were."""
+    store = open_store(url)
+    saver = AgentCheckpointSaver(store)
+    graph = chat_graph(saver)
+    source = {"configurable": {"thread_id": "source"}}
+    target = {"configurable": {"thread_id": "target"}}
+    graph.invoke({"messages": [HumanMessage("copied", id="s1")]}, source)
+    graph.invoke({"messages": [HumanMessage("kept", id="t1")]}, target)
+
+    def state() -> list[Any]:
+        fresh = AgentCheckpointSaver(store)
+        return [
+            (
+                sorted((s.key, s.revision) for s in store.iter_summaries(agent_id=tag)),
+                [
+                    (
+                        t.checkpoint["id"],
+                        [m.id for m in t.checkpoint["channel_values"].get("messages", [])],
+                    )
+                    for t in fresh.list({"configurable": {"thread_id": tag.split(":")[1]}})
+                ],
+            )
+            for tag in ("langgraph:source", "langgraph:target")
+        ]
+
+    before = state()
+    with pytest.raises(ConflictError, match="thread 'target' already has checkpoints"):
+        saver.copy_thread("source", "target")
+    with pytest.raises(ConflictError, match="thread 'target' already has checkpoints"):
+        asyncio.run(saver.acopy_thread("source", "target"))
+    assert state() == before
+    latest = graph.get_state(target)
+    assert [m.id for m in latest.values["messages"]] == ["t1", "ai-t1"]
+    saver.copy_thread("source", "copy")  # a thread with nothing stored takes the copy
+    copied = AgentCheckpointSaver(store).get_tuple({"configurable": {"thread_id": "copy"}})
+    assert copied is not None
+    assert [m.id for m in copied.checkpoint["channel_values"]["messages"]] == ["s1", "ai-s1"]
+    store.close()

@@ -77,6 +77,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from agent_checkpoint import (
     DEFAULT_STORE_PATH,
+    MAX_KEY_LENGTH,
     STORE_ENV,
     AgentRef,
     AsyncClaim,
@@ -114,6 +115,7 @@ from ._langgraph_records import (
     ROOT_NS,
     Key,
     check_room,
+    escape,
     id_time,
     is_messages,
     pack,
@@ -352,6 +354,11 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         await self.async_store.call(self._delete_for_runs, run_ids)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and pending write of ``source_thread_id`` (all namespaces) to
+        ``target_thread_id``, which must have nothing stored: LangGraph leaves a copy onto a
+        thread in use undefined (its official savers do not implement ``copy_thread``), so
+        one is refused with ``ConflictError`` naming the target, both threads unchanged. A
+        copy that meets a write to the target midway is undone and refused the same way."""
         self._copy_thread(self.store, source_thread_id, target_thread_id)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -1051,18 +1058,37 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         raise ConflictError(f"lineage {key!r}: {_MERGE_TRIES} concurrent writers in a row")
 
     def _copy_thread(self, store: Store, source: str, target: str) -> None:
+        tag = f"langgraph:{target}"
+        if next(iter(store.iter_summaries(agent_id=tag, page_size=1)), None) is not None:
+            raise _occupied(target)
         summaries = builtins.list(store.iter_summaries(agent_id=f"langgraph:{source}"))
-        for summary in reversed(summaries):  # oldest first
-            envelope = store.get_json(summary.key)
-            if envelope is None:
-                continue
-            data = dict(cast(dict[str, Any], envelope["data"]))
-            data["agent"] = {"id": f"langgraph:{target}"}
-            identity = data.get("identity")
-            if isinstance(identity, dict):
-                data["identity"] = {**identity, "conversationId": target}
-            store.put({**envelope, "data": data}, key=retarget(summary.key, target))
-        self._forget_thread(target)
+        moves = [(s.key, retarget(s.key, target)) for s in reversed(summaries)]  # oldest first
+        over = max((len(new) for _, new in moves), default=0) - MAX_KEY_LENGTH
+        if over > 0:  # refused before a partial copy
+            raise InvalidArgumentError(
+                f"target_thread_id is too long for the store's keys: the copy's longest key "
+                f"would be {over} characters over {MAX_KEY_LENGTH}; the longest allowed is "
+                f"{len(escape(target)) - over} ('/' and '%' count three)"
+            )
+        written: builtins.list[Summary] = []
+        try:
+            for key, moved in moves:
+                envelope = store.get_json(key)
+                if envelope is None:
+                    continue
+                data = dict(cast(dict[str, Any], envelope["data"]))
+                data["agent"] = {"id": tag}
+                identity = data.get("identity")
+                if isinstance(identity, dict):
+                    data["identity"] = {**identity, "conversationId": target}
+                written.append(store.put({**envelope, "data": data}, key=moved, create_only=True))
+        except ConflictError as exc:  # the target was written meanwhile: undo the copy
+            for summary in written:
+                with suppress(ConflictError):
+                    store.delete(summary.key, if_revision=summary.revision)
+            raise _occupied(target) from exc
+        finally:
+            self._forget_thread(target)
 
     def _prune(self, store: Store, thread_ids: Sequence[str], strategy: str) -> None:
         if strategy not in ("keep_latest", "delete"):
@@ -1190,6 +1216,14 @@ def _config(thread: Key, checkpoint_id: str) -> RunnableConfig:
 
 def _matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     return all(metadata.get(k) == v for k, v in wanted.items())
+
+
+def _occupied(target: str) -> ConflictError:
+    return ConflictError(
+        f"thread {target!r} already has checkpoints or writes: copy_thread copies into a "
+        "thread with nothing stored (delete_thread it first to replace it); neither thread "
+        "was changed"
+    )
 
 
 def _conflict(thread: Key, why: str) -> ConflictError:
