@@ -6,6 +6,7 @@ process, and what the official savers lack (appended messages, conflicts, claims
 from __future__ import annotations
 
 import asyncio
+import datetime
 import itertools
 import json
 import os
@@ -33,6 +34,7 @@ from agent_checkpoint import (
     ClaimedError,
     ConflictError,
     InvalidArgumentError,
+    InvalidCheckpointError,
     OwnershipConflictError,
     open_store,
 )
@@ -783,4 +785,73 @@ def test_copying_onto_a_thread_that_has_checkpoints_is_refused_and_changes_neith
     copied = AgentCheckpointSaver(store).get_tuple({"configurable": {"thread_id": "copy"}})
     assert copied is not None
     assert [m.id for m in copied.checkpoint["channel_values"]["messages"]] == ["s1", "ai-s1"]
+    store.close()
+
+
+def noop_graph(saver: AgentCheckpointSaver) -> Any:
+    graph = StateGraph(MessagesState)
+    graph.add_node("noop", lambda state: {})
+    graph.add_edge(START, "noop")
+    return graph.compile(checkpointer=saver)
+
+
+def test_a_message_field_json_lacks_reads_back_typed_in_another_saver(url: str) -> None:
+    """A datetime or a UUID in a message's fields came back typed from the saver that wrote
+    it (from its memory) and as a string from any other: LangGraph's serializer keeps them,
+    and a fresh saver on the store reads back the values written, of their types."""
+    store = open_store(url)
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=datetime.timezone.utc)
+    call = uuid.uuid4()
+    written = [
+        HumanMessage("hi", id="h1", additional_kwargs={"sent": when, "lang": "en"}),
+        AIMessage(
+            "hello",
+            id="a1",
+            additional_kwargs={"request": call, "at": [{"naive": when.replace(tzinfo=None)}]},
+            response_metadata={"created": when.date(), "model": "fake"},
+        ),
+    ]
+    config = {"configurable": {"thread_id": "typed"}}
+    noop_graph(AgentCheckpointSaver(store)).invoke({"messages": written}, config)
+    latest = AgentCheckpointSaver(store).get_tuple(config)
+    assert latest is not None
+    human, ai = latest.checkpoint["channel_values"]["messages"]
+    assert [human, ai] == written
+    assert type(human.additional_kwargs["sent"]) is datetime.datetime
+    assert human.additional_kwargs["sent"] == when
+    assert type(ai.additional_kwargs["request"]) is uuid.UUID
+    assert type(ai.additional_kwargs["at"][0]["naive"]) is datetime.datetime
+    assert type(ai.response_metadata["created"]) is datetime.date
+    said = store.get(next(s.key for s in store.iter_summaries(agent_id="langgraph:typed")))
+    assert said is not None
+    assert [(m.role, m.content) for m in said.history if m.role != "checkpoint"] == [
+        ("user", "hi"),
+        ("assistant", "hello"),
+    ]  # the role and text stay readable by any tool
+    store.close()
+
+
+def test_a_message_field_the_serializer_cannot_give_back_is_refused_before_it_is_stored(
+    url: str,
+) -> None:
+    """A tuple reads back as a list through JSON and LangGraph's serializer alike: it was
+    stored, and read back a tuple or a list depending on the saver. The put of a checkpoint
+    holding it is refused, naming the field, and stores nothing."""
+    store = open_store(url)
+    saver = AgentCheckpointSaver(store)
+    message = AIMessage("hello", id="a1", additional_kwargs={"span": (3, 9)})
+    refused = r"message 'a1'.*additional_kwargs\.span is a tuple"
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"messages": [HumanMessage("hi", id="h1"), message]}
+    config: Any = {"configurable": {"thread_id": "put", "checkpoint_ns": ""}}
+    with pytest.raises(InvalidCheckpointError, match=refused):
+        saver.put(config, checkpoint, {"step": 0}, {})
+    assert list(store.iter_summaries()) == []
+    # in a graph, the step that adds it to the messages channel is refused
+    graph = {"configurable": {"thread_id": "graph"}}
+    with pytest.raises(InvalidCheckpointError, match=refused):
+        noop_graph(saver).invoke({"messages": [message]}, graph)
+    stored = list(AgentCheckpointSaver(store).list(graph))
+    assert [t.metadata["step"] for t in stored] == [-1]  # the graph's input, before the step
+    assert "messages" not in stored[0].checkpoint["channel_values"]
     store.close()

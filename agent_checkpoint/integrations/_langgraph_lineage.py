@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from agent_checkpoint import ConflictError, Message, Record, Store, Summary
 
@@ -66,7 +67,7 @@ class LineageRead:
     """A lineage read for its checkpoints: its entries, and its messages turned into
     LangChain's only as far as a checkpoint returned needs them."""
 
-    __slots__ = ("_langchain", "_raw", "entries", "thread")
+    __slots__ = ("_langchain", "_raw", "_serde", "entries", "thread")
 
     def __init__(
         self,
@@ -74,11 +75,13 @@ class LineageRead:
         entries: Sequence[Entry],
         raw: Sequence[Mapping[str, Any]],
         langchain: builtins.list[BaseMessage],
+        serde: SerializerProtocol | None = None,
     ) -> None:
         self.thread = thread
         self.entries = entries
         self._raw = raw
         self._langchain = langchain
+        self._serde = serde  # None: every message is in ``langchain`` already
 
     @classmethod
     def known(cls, thread: Key, lineage: Lineage) -> LineageRead:
@@ -87,7 +90,8 @@ class LineageRead:
     def messages(self, count: int) -> builtins.list[BaseMessage]:
         done = self._langchain
         while len(done) < count and len(done) < len(self._raw):
-            done.append(langchain_of(self._raw[len(done)]))
+            assert self._serde is not None
+            done.append(langchain_of(self._raw[len(done)], self._serde))
         if len(done) < count:
             raise ConflictError(
                 f"thread {self.thread.thread!r}: its lineage holds {len(done)} messages, "
@@ -156,12 +160,15 @@ def entry_message(
     return Message(ENTRY_ROLE, "", extra=data), entry
 
 
-def read_lineage(store: Store, thread: Key, record: Record) -> LineageRead:
-    """A lineage's record as plain JSON: no typed values, no LangChain message built."""
+def read_lineage(
+    store: Store, thread: Key, record: Record, serde: SerializerProtocol
+) -> LineageRead:
+    """A lineage's record as plain JSON: no LangChain message built until one is asked for
+    (its typed fields then read with ``serde``)."""
     history = cast(dict[str, Any], store.decode_json(record)["data"]).get("history") or []
     raw = [m for m in history if m.get("role") != ENTRY_ROLE]
     entries = scan_entries(thread, record.key, ((m.get("role"), m) for m in history))
-    return LineageRead(thread, entries, raw, [])
+    return LineageRead(thread, entries, raw, [], serde)
 
 
 def loaded_parts(

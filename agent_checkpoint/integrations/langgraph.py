@@ -15,7 +15,9 @@ What it stores, under keys ``langgraph/<thread>/<namespace>/...``:
 - ``m/<lineage>``: the thread's lineage, one record holding its messages channel
   (``add_messages``) and its checkpoints, in the order they were written, as the history of
   a run record: one message per LangChain message (role and text readable by any of our
-  tools, the LangChain fields under ``lc``), and after the messages a checkpoint saw, its
+  tools, the LangChain fields under ``lc``, those holding what JSON lacks, a datetime or a
+  UUID, through LangGraph's serializer under ``lct``; a value it would not give back exactly,
+  a tuple, is refused at the put), and after the messages a checkpoint saw, its
   entry (role ``checkpoint``, no text: our tools count no message for it): its id, its
   versions and metadata, the other channels' values (LangGraph's serializer, no pickle
   fallback), its parent and message count only where they are not the entry and messages
@@ -521,7 +523,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         elif len(messages) >= len(known) and same(messages[: len(known)], known):
             added = messages[len(known) :]
             langchain = (*known, *added)
-            ours = seen.ours + tuple(to_ours(m) for m in added)
+            ours = seen.ours + tuple(to_ours(m, self.serde) for m in added)
             count = len(messages)
         elif same(messages, known[: len(messages)]):
             langchain, ours, count = known, seen.ours, len(messages)
@@ -567,7 +569,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         message, stored = entry_message(
             thread, key, entry, parent, None, len(langchain), len(langchain)
         )
-        ours = (*(to_ours(m) for m in messages), message)
+        ours = (*(to_ours(m, self.serde) for m in messages), message)
         try:
             if seen.key is not None:
                 store.put(
@@ -642,7 +644,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 heads, store.get_records([s.key for s in heads]), strict=True
             ):
                 if record is not None and wanted is not None:
-                    read = read_lineage(store, thread, record)
+                    read = read_lineage(store, thread, record, self.serde)
                     if any(e.id == wanted for e in read.entries):
                         chosen = summary
                         break
@@ -655,10 +657,9 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         self._remember(thread, lineage)
         return lineage
 
-    @staticmethod
-    def _lineage_of(store: Store, thread: Key, record: Record, latest: str | None) -> Lineage:
+    def _lineage_of(self, store: Store, thread: Key, record: Record, latest: str | None) -> Lineage:
         ours = store.decode(record).conversation.history
-        langchain = [to_langchain(m) for m in ours if m.role != ENTRY_ROLE]
+        langchain = [to_langchain(m, self.serde) for m in ours if m.role != ENTRY_ROLE]
         return Lineage(
             record.key,
             record.summary.revision,
@@ -834,7 +835,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
                 continue
             known = self._noticed(thread, record)
             read = (
-                read_lineage(store, thread, record)
+                read_lineage(store, thread, record, self.serde)
                 if known is None
                 else LineageRead.known(thread, known)
             )
@@ -942,7 +943,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             read = (
                 LineageRead.known(thread, known)
                 if known is not None
-                else read_lineage(store, thread, record)
+                else read_lineage(store, thread, record, self.serde)
             )
             for entry in read.entries:
                 yield entry, read
