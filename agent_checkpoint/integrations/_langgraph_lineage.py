@@ -3,7 +3,8 @@ checkpoints' entries among its messages (``Entry``, ``scan_entries``, ``entry_me
 the saver last read or wrote of it (``Lineage``), a lineage read for its checkpoints, its
 messages turned into LangChain's only as far as needed (``LineageRead``), and the records of
 pending writes listed beside a checkpoint (``writes_at``, ``by_time``). The layout itself is
-described in ``langgraph.py``; keys and the message codec are ``_langgraph_records.py``'s.
+described in ``langgraph.py``; keys are ``_langgraph_records.py``'s, the message codec
+``_langgraph_messages.py``'s.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from agent_checkpoint import ConflictError, Message, Record, Store, Summary
 
-from ._langgraph_records import ENTRY_ROLE, Key, id_time, langchain_of
+from ._langgraph_messages import langchain_of
+from ._langgraph_records import ENTRY_ROLE, Key, id_time
 
 __all__ = [
     "NO_LINEAGE",

@@ -40,8 +40,9 @@ naming the longest allowed, before anything is written.
 This layout replaced one with a record per checkpoint (``c/<inverted checkpoint id>``)
 before any release: what that one stored is not read, and there is no migration.
 
-Keys and the LangChain messages' codec are in ``_langgraph_records.py``; a lineage's entries,
-and reading a lineage for its checkpoints, in ``_langgraph_lineage.py``.
+Keys are in ``_langgraph_records.py``, the LangChain messages' codec in
+``_langgraph_messages.py``; a lineage's entries, and reading a lineage for its checkpoints, in
+``_langgraph_lineage.py``.
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ from ._langgraph_lineage import (
     scan_entries,
     writes_at,
 )
+from ._langgraph_messages import is_messages, same, to_langchain, to_ours
 from ._langgraph_records import (
     ENTRY_ROLE,
     ROOT_NS,
@@ -119,17 +121,13 @@ from ._langgraph_records import (
     check_room,
     escape,
     id_time,
-    is_messages,
     pack,
     pack_ts,
     parse,
     parse_head,
     retarget,
-    same,
     saved_at,
     thread_of,
-    to_langchain,
-    to_ours,
     unescape,
     unpack,
     unpack_ts,
