@@ -36,6 +36,7 @@ from agent_checkpoint import (
     InvalidArgumentError,
     InvalidCheckpointError,
     OwnershipConflictError,
+    RunCheckpoint,
     open_store,
 )
 from agent_checkpoint.integrations.langgraph import AgentCheckpointSaver, server_checkpointer
@@ -657,6 +658,42 @@ def test_a_thread_belongs_to_the_owner_that_started_it(tmp_path: Path) -> None:
     assert [t.thread_id for t in bob.threads()] == []
     assert [t.thread_id for t in alice.threads()] == ["shared-id"]
     assert list(bob.list(None)) == []
+
+
+def test_another_owners_saver_cannot_delete_prune_copy_or_sweep_a_thread(url: str) -> None:
+    """Two tenants on one store: bob's saver deleted, pruned and copied alice's thread of the
+    same id, and its sweep deleted every old record in the store (alice's threads, a run
+    checkpoint of another program). Each now stays within bob's own records."""
+    store = open_store(url)
+    alice = AgentCheckpointSaver(store, owner="alice")
+    bob = AgentCheckpointSaver(store, owner="bob", ttl={"default_ttl": 60})
+    config = {"configurable": {"thread_id": "shared-id"}}
+    chat_graph(alice).invoke({"messages": [HumanMessage("one", id="h1")]}, config)
+    chat_graph(alice).invoke({"messages": [HumanMessage("two", id="h2")]}, config)
+    store.put(RunCheckpoint.new("another program's run"), key="run-1")
+    before = sorted((s.key, s.revision) for s in store.iter_summaries())
+    bob.delete_thread("shared-id")
+    asyncio.run(bob.adelete_thread("shared-id"))
+    bob.prune(["shared-id"])
+    bob.prune(["shared-id"], strategy="delete")
+    bob.copy_thread("shared-id", "bobs-copy")
+    time.sleep(0.01)
+    bob.ttl_seconds = 0.001  # everything above is older than that
+    assert bob.sweep() == 0
+    assert sorted((s.key, s.revision) for s in store.iter_summaries()) == before
+    kept = alice.get_tuple(config)
+    assert kept is not None
+    assert [m.id for m in kept.checkpoint["channel_values"]["messages"]] == [
+        "h1",
+        "ai-h1",
+        "h2",
+        "ai-h2",
+    ]
+    assert bob.get_tuple({"configurable": {"thread_id": "bobs-copy"}}) is None
+    alice.ttl_seconds = 0.001  # alice's own sweep still takes her records, and only them
+    assert alice.sweep() > 0
+    assert [s.key for s in store.iter_summaries()] == ["run-1"]
+    store.close()
 
 
 def test_a_thread_deleted_by_another_saver_starts_again_here(tmp_path: Path) -> None:

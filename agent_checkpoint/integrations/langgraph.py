@@ -90,6 +90,7 @@ from agent_checkpoint import (
     Identity,
     InvalidArgumentError,
     Message,
+    NotFoundError,
     OwnershipConflictError,
     Record,
     RunCheckpoint,
@@ -411,9 +412,10 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
     # -- retention and claims ----------------------------------------------------------------
 
     def sweep(self, *, limit: int = 1000) -> int:
-        """Delete what was last written more than ``ttl`` ago (idle threads, the pending writes
-        of old checkpoints), at most ``limit`` records a call, oldest first; the number
-        deleted. A no-op without ``ttl``."""
+        """Delete this saver's records (its owner's, under ``langgraph/``) last written more
+        than ``ttl`` ago (idle threads, the pending writes of old checkpoints), at most
+        ``limit`` a call; the number deleted. Other records in the store, and other owners'
+        threads, are left alone. A no-op without ``ttl``."""
         return self._sweep(self.store, limit)
 
     async def asweep(self, *, limit: int = 1000) -> int:
@@ -444,7 +446,17 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         cutoff = datetime.now().timestamp() - self.ttl_seconds
         with self._lock:
             self._lineages.clear()  # what it knew may be gone: read again
-        return store.forget_older_than(cutoff * 1000, limit=limit).forgotten
+        forgotten = 0
+        expired = store.iter_summaries(owner=self.owner, before=cutoff * 1000, page_size=500)
+        for summary in expired:  # this saver's records only: the store may hold others'
+            if forgotten >= limit:
+                break
+            if not summary.key.startswith("langgraph/"):
+                continue
+            with suppress(ConflictError, NotFoundError):  # written or deleted meanwhile: kept
+                store.delete(summary.key, if_revision=summary.revision)
+                forgotten += 1
+        return forgotten
 
     # -- the one implementation, over a Store ------------------------------------------------
 
@@ -990,9 +1002,17 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
     # -- deleting and copying ----------------------------------------------------------------
 
     def _delete_thread(self, store: Store, thread_id: str) -> None:
-        for summary in builtins.list(store.iter_summaries(agent_id=f"langgraph:{thread_id}")):
-            store.delete(summary.key)
+        for summary in self._thread_records(store, thread_id):
+            with suppress(NotFoundError):  # deleted meanwhile, by another saver or a sweep
+                store.delete(summary.key)
         self._forget_thread(thread_id)
+
+    def _thread_records(self, store: Store, thread_id: str) -> builtins.list[Summary]:
+        """The summaries of a thread's records that are this saver's owner's: another
+        owner's thread of the same id reads as absent here, and is never deleted, pruned or
+        copied from here."""
+        tag = f"langgraph:{thread_id}"
+        return builtins.list(store.iter_summaries(agent_id=tag, owner=self.owner))
 
     def _delete_for_runs(self, store: Store, run_ids: Sequence[str]) -> None:
         """Every lineage of this saver's owner is read (a run's checkpoints are entries in
@@ -1060,7 +1080,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         tag = f"langgraph:{target}"
         if next(iter(store.iter_summaries(agent_id=tag, page_size=1)), None) is not None:
             raise _occupied(target)
-        summaries = builtins.list(store.iter_summaries(agent_id=f"langgraph:{source}"))
+        summaries = self._thread_records(store, source)
         moves = [(s.key, retarget(s.key, target)) for s in reversed(summaries)]  # oldest first
         over = max((len(new) for _, new in moves), default=0) - MAX_KEY_LENGTH
         if over > 0:  # refused before a partial copy
@@ -1098,7 +1118,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             if strategy == "delete":
                 self._delete_thread(store, thread_id)
                 continue
-            summaries = builtins.list(store.iter_summaries(agent_id=f"langgraph:{thread_id}"))
+            summaries = self._thread_records(store, thread_id)
             heads = [(h, s.key) for s in summaries if (h := parse_head(s.key)) is not None]
             latest: dict[Key, Entry] = {}  # the latest checkpoint of each namespace
             for entry, read in self._read_heads(store, heads):
