@@ -15,7 +15,8 @@ marked ``_meta.injectedBy`` (the checkpoint's own ``injectedBy``, flavor ``skill
 ``instructions``); meta lines that are only local-command caveats or output, and API-error
 stand-ins, are left out. Logs whose lines carry no parent links at all (old or hand-made
 ones) are read in file order from the last boundary. A torn final line and lines that are
-not JSON are skipped and reported.
+not JSON are skipped and reported; a line whose parent is lost is joined to the message line
+before it (see ``_claude_code_tree``).
 """
 
 from __future__ import annotations

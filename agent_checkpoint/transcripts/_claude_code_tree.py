@@ -5,12 +5,16 @@ any size costs a few dozen bytes per line; ``ClaudeCodeLog`` then decodes only t
 lines again by offset.
 
 The conversation is the chain of ``parentUuid`` links from its last message (the leaf) up
-to the root or the last compaction boundary. Since Claude Code 2.1, a message with several
-``tool_use`` blocks is written as one line per block (all sharing ``message.id``) and each
-``tool_result`` line names *its own* call's line as parent (``sourceToolAssistantUUID``), so
-the chain from the leaf passes through only some of them: the other sibling lines and the
-result lines hanging off any sibling are added back, and each message's lines and results
-are placed together where the message first appears on the chain.
+to the root or the last compaction boundary. A parent that is not in the log (its line lost,
+or not JSON) or that closes a loop is replaced by the message line before the child in file
+order, with a note naming both lines, rather than losing everything above the gap.
+
+Since Claude Code 2.1, a message with several ``tool_use`` blocks is written as one line per
+block (all sharing ``message.id``) and each ``tool_result`` line names *its own* call's line
+as parent (``sourceToolAssistantUUID``), so the chain from the leaf passes through only some
+of them: the other sibling lines and the result lines hanging off any sibling are added back,
+and each message's lines and results are placed together where the message first appears on
+the chain.
 
 Sub-agents write ``isSidechain`` lines, in the main log (older versions) or in a log of their
 own (``<session>/subagents/agent-<id>.jsonl``); each sub-agent's conversation is told apart
@@ -105,18 +109,24 @@ class LogTree:
     """Offsets, parents and flags of every line that can sit on a conversation's chain."""
 
     offsets: array[int] = field(default_factory=lambda: array("q"))
+    numbers: array[int] = field(default_factory=lambda: array("q"))
     parents: array[int] = field(default_factory=lambda: array("q"))
+    previous: array[int] = field(default_factory=lambda: array("q"))
+    """The nearest earlier message or boundary line of the same agent (-1 if none)."""
     flags: array[int] = field(default_factory=lambda: array("B"))
     agent_of: array[int] = field(default_factory=lambda: array("i"))
     message_keys: array[int] = field(default_factory=lambda: array("q"))
     by_uuid: dict[UuidKey, int] = field(default_factory=dict)
     boundary_lines: dict[int, int] = field(default_factory=dict)
-    unresolved: dict[int, UuidKey] = field(default_factory=dict)
+    unresolved: dict[int, tuple[UuidKey, str]] = field(default_factory=dict)
+    bridges: list[tuple[int, str, int]] = field(default_factory=list)
+    """Lines whose parent is not in the log: (line, the parent's uuid, line joined to)."""
     agents: dict[str, int] = field(default_factory=dict)
     """Sub-agent names (``agentId``, else the uuid of its sidechain root) to agent numbers."""
     roots: int = 0
     children: int = 0
     counts: dict[str, int] = field(default_factory=dict)
+    _last: dict[int, int] = field(default_factory=dict)
 
     def count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
@@ -161,10 +171,11 @@ class LogTree:
         elif key is None:
             return
         index = len(self.offsets)
-        parent_key = _key(record.get("parentUuid"))
+        parent_uuid = record.get("parentUuid")
+        parent_key = _key(parent_uuid)
         parent = -1 if parent_key is None else self.by_uuid.get(parent_key, -1)
         if parent_key is not None and parent < 0:
-            self.unresolved[index] = parent_key
+            self.unresolved[index] = (parent_key, str(parent_uuid))
         agent = self._agent(record, parent, number)
         if agent != MAIN and flags & _MESSAGE:
             self.count("sidechain")
@@ -177,7 +188,11 @@ class LogTree:
             else:
                 flags |= _DUP
         self.offsets.append(offset)
+        self.numbers.append(number)
         self.parents.append(parent)
+        self.previous.append(self._last.get(agent, -1))
+        if flags & _KIND != _LINK:
+            self._last[agent] = index
         self.flags.append(flags)
         self.agent_of.append(agent)
         message_id = message.get("id") if isinstance(message, dict) else None
@@ -194,8 +209,20 @@ class LogTree:
         return self.flags[index] & _KIND
 
     def resolve(self) -> None:
-        for index, parent in self.unresolved.items():
-            self.parents[index] = self.by_uuid.get(parent, -1)
+        """Link the lines whose parent comes later in the file; join a line whose parent is
+        not in the log to the message line before it, unless that line hangs off nothing in
+        the log either (a sub-agent's log whose lines each hang off the main session)."""
+        loose: set[int] = set()
+        for index, (key, uuid) in self.unresolved.items():
+            parent = self.by_uuid.get(key, -1)
+            if parent < 0:
+                before = self.previous[index]
+                if before >= 0 and before not in loose:
+                    parent = before
+                    self.bridges.append((index, uuid, before))
+                else:
+                    loose.add(index)
+            self.parents[index] = parent
         self.unresolved.clear()
 
     def last_sidechain_agent(self) -> int:
@@ -217,6 +244,7 @@ class LogTree:
         n = len(self.flags)
         messages = sum(1 for i in range(n) if self._mine(i, agent))
         boundary: int | None = None
+        notes: list[str] = []
         linked = self.children > 0 and self.children >= self.roots if agent == MAIN else True
         chain: list[int]
         if not linked:
@@ -226,10 +254,11 @@ class LogTree:
             chain = [i for i in range(start, n) if self._mine(i, agent)]
         else:
             leaf = next((i for i in range(n - 1, -1, -1) if self._mine(i, agent)), -1)
-            chain, boundary = self._walk(leaf)
+            chain, boundary = self._walk(leaf, notes)
             chain = self._with_siblings(chain, agent)
         picked_meta = frozenset(self.offsets[i] for i in chain if self.flags[i] & _META)
-        notes: list[str] = []
+        if linked:
+            notes[:0] = self._bridge_notes(agent)
         if boundary is not None:
             notes.append(f"started at the compaction boundary on line {boundary}; kept its summary")
         if messages > len(chain):
@@ -242,17 +271,49 @@ class LogTree:
             notes.append("lines carry no parentUuid links; read them in file order")
         return Picked(array("q", (self.offsets[i] for i in chain)), picked_meta, notes)
 
-    def _walk(self, leaf: int) -> tuple[list[int], int | None]:
+    def _bridge_notes(self, agent: int, shown: int = 3) -> list[str]:
+        bridges = [b for b in self.bridges if self.agent_of[b[0]] == agent]
+        notes = [
+            f"line {self.numbers[i]}'s parent {uuid} is not in the log (a line lost or not "
+            f"JSON); {self._joined(before)}"
+            for i, uuid, before in bridges[:shown]
+        ]
+        if len(bridges) > shown:
+            notes.append(f"joined {len(bridges) - shown} more line(s) the same way")
+        return notes
+
+    def _joined(self, before: int) -> str:
+        what = "compaction boundary" if self.kind(before) == _BOUNDARY else "message line"
+        return f"joined it to line {self.numbers[before]}, the {what} before it"
+
+    def _walk(self, leaf: int, notes: list[str]) -> tuple[list[int], int | None]:
+        """The chain from ``leaf`` up; a link back to a line already on it (a loop) is
+        replaced by the message line before, or ends the chain if that one is on it too."""
         walked: list[int] = []
         boundary: int | None = None
-        i, steps, n = leaf, 0, len(self.flags)
-        while i >= 0 and steps <= n:
+        seen = bytearray(len(self.flags))
+        i = leaf
+        while i >= 0:
+            seen[i] = 1
             if self.kind(i) == _BOUNDARY:
                 boundary = self.boundary_lines[i]
                 break
             if self.kind(i) == _MESSAGE:
                 walked.append(i)
-            i, steps = self.parents[i], steps + 1
+            parent = self.parents[i]
+            if parent >= 0 and seen[parent]:
+                before = self.previous[i]
+                where = (
+                    f"line {self.numbers[i]}'s parent is line {self.numbers[parent]}, closing a "
+                    "loop of parentUuid links"
+                )
+                if before >= 0 and not seen[before]:
+                    notes.append(f"{where}; {self._joined(before)}")
+                    parent = before
+                else:
+                    notes.append(f"{where}; the conversation starts at line {self.numbers[i]}")
+                    parent = -1
+            i = parent
         walked.reverse()
         return walked, boundary
 

@@ -8,6 +8,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from agent_checkpoint.transcripts import Turn, open_transcript, write_turns
 from agent_checkpoint.transcripts._turns import call_arguments
 
@@ -231,6 +233,80 @@ def test_api_error_stand_ins_are_left_out_but_the_chain_goes_through_them(tmp_pa
         encoding="utf-8",
     )
     assert [t.content for t in open_transcript(path)] == ["hi", "retry please", "hello"]
+
+
+def test_a_line_that_is_not_json_mid_log_loses_nothing_above_it(
+    saved: Saved, fixture_path: Fixture, tmp_path: Path
+) -> None:
+    original = fixture_path("corpus/claude-code/spotter-tool_heavy.jsonl")
+    lines = original.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert json.loads(lines[23])["type"] == "system"  # line 24: the parent of line 26
+    lines[23] = "{ BROKEN" + lines[23][1:]
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("".join(lines), encoding="utf-8")
+    whole = saved(original)
+    turns = saved(broken)
+    assert len(whole) == 16
+    assert [t.to_json() for t in turns] == [t.to_json() for t in whole]
+    transcript = open_transcript(broken)
+    list(transcript)
+    assert "skipped 1 line(s) that are not valid JSON" in transcript.notes
+    assert (
+        "line 26's parent 2ef15da6-63ae-4a98-b781-676d95ac2692 is not in the log (a line lost "
+        "or not JSON); joined it to line 22, the message line before it" in transcript.notes
+    )
+    assert not any("off the active branch" in note for note in transcript.notes)
+
+
+def test_a_deleted_line_mid_log_joins_the_rest_to_the_line_before_it(tmp_path: Path) -> None:
+    u1, a1, u2, a2, u3, a3 = (str(uuid.uuid4()) for _ in range(6))
+    path = tmp_path / "s.jsonl"
+    path.write_text(
+        _log_line("user", u1, None, "first")
+        + _log_line("assistant", a1, u1, "answer 1")
+        # the line of u2 is gone
+        + _log_line("assistant", a2, u2, "answer 2")
+        + _log_line("user", u3, a2, "third")
+        + _log_line("assistant", a3, u3, "answer 3"),
+        encoding="utf-8",
+    )
+    transcript = open_transcript(path)
+    assert [t.content for t in transcript] == ["first", "answer 1", "answer 2", "third", "answer 3"]
+    assert transcript.notes == [
+        f"line 3's parent {u2} is not in the log (a line lost or not JSON); joined it to line 2, "
+        "the message line before it"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("parents", "note"),
+    [
+        (
+            ("u2", "u1", "a1"),  # the first line names the last as its parent
+            "line 1's parent is line 3, closing a loop of parentUuid links; the conversation "
+            "starts at line 1",
+        ),
+        (
+            (None, "u1", "u2"),  # the last line is its own parent
+            "line 3's parent is line 3, closing a loop of parentUuid links; joined it to line "
+            "2, the message line before it",
+        ),
+    ],
+    ids=["loop", "own parent"],
+)
+def test_a_parent_loop_keeps_each_line_once_and_says_where(
+    parents: tuple[str | None, ...], note: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text(
+        _log_line("user", "u1", parents[0], "hi")
+        + _log_line("assistant", "a1", parents[1], "hello")
+        + _log_line("user", "u2", parents[2], "bye"),
+        encoding="utf-8",
+    )
+    transcript = open_transcript(path)
+    assert [t.content for t in transcript] == ["hi", "hello", "bye"]
+    assert transcript.notes == [note]
 
 
 def test_reading_a_large_log_keeps_memory_small(tmp_path: Path) -> None:
