@@ -154,7 +154,11 @@ class Transcript:
                     notes=notes,
                 )
         except MalformedTranscriptError as exc:
-            raise MalformedTranscriptError(f"{self.path}: {exc}") from None
+            # The readers name a record; the file layer's errors already name the file.
+            message = str(exc)
+            if not message.startswith(f"{self.path}: "):
+                raise MalformedTranscriptError(f"{self.path}: {message}") from None
+            raise
 
 
 def open_transcript(

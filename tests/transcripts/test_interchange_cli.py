@@ -79,6 +79,14 @@ def _huge(path: Path) -> None:
         f.write('"}\n')
 
 
+def _late_latin1(path: Path) -> None:
+    """A line that is not UTF-8 past what detection reads (the first 64 KiB)."""
+    line = json.dumps({"role": "user", "content": "x" * 1000}) + "\n"
+    path.write_bytes(
+        line.encode() * 100 + '{"role": "user", "content": "d\xe9j\xe0"}\n'.encode("latin-1")
+    )
+
+
 @pytest.mark.parametrize(
     ("name", "make", "code", "message"),
     [
@@ -90,6 +98,7 @@ def _huge(path: Path) -> None:
         ("truncated", lambda p: p.write_text('[{"role": "user", "content": "hi"}, {"ro'), 5, "truncated"),
         ("torn-turns", lambda p: p.write_text('{"role": "user", "content": "a", "ts": null}\n{"role'), 5, "line 2"),
         ("huge", _huge, 5, "line 2 is longer than 33554432 bytes"),
+        ("late-latin1", _late_latin1, 5, "line 101 is not valid JSON"),
         ("late-garbage", lambda p: write_json(p, [{"role": "user", "content": "a"}] * 70 + [7]), 5,
          "message 71 is not an OpenAI chat message"),
         ("only-dangling", lambda p: write_json(p, [{"role": "assistant", "content": None, "tool_calls": [
@@ -105,6 +114,7 @@ def test_save_refuses_malformed_input_with_one_line_and_writes_nothing(
     ran = run("save", str(source), "-o", str(out))
     assert ran.code == code and ran.out == ""
     assert message in one_error_line(ran)
+    assert one_error_line(ran).count(str(source)) == 1
     assert sorted(os.listdir(tmp_path)) == [source.name]
 
 
