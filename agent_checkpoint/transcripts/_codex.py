@@ -47,8 +47,9 @@ def read_rollout(lines: JsonLines, *, ts: str, notes: list[str]) -> Iterator[Tur
         if kind == "compacted" and isinstance(payload, dict):
             history = payload.get("replacement_history")
             if isinstance(history, list):
-                for item in history:
-                    yield from grouper.feed(item, ts=at, model=model)
+                for k, item in enumerate(history, 1):
+                    where = f"line {line.number}, item {k}"
+                    yield from grouper.feed(item, ts=at, model=model, where=where)
             else:
                 summary = payload.get("message")
                 yield Turn(
@@ -59,8 +60,8 @@ def read_rollout(lines: JsonLines, *, ts: str, notes: list[str]) -> Iterator[Tur
                 )
             notes.append(f"started at the compaction on line {line.number}; earlier turns left out")
         elif kind == "response_item" and isinstance(payload, dict):
-            yield from grouper.feed(payload, ts=at, model=model)
+            yield from grouper.feed(payload, ts=at, model=model, where=f"line {line.number}")
         elif "payload" not in record and isinstance(kind, str) and kind in ITEM_TYPES:
-            yield from grouper.feed(record, ts=at, model=model)
+            yield from grouper.feed(record, ts=at, model=model, where=f"line {line.number}")
     yield from grouper.close()
     notes.extend(lines.notes)

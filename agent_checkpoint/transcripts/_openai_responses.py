@@ -5,7 +5,9 @@ Consecutive model-side items (``reasoning``, assistant ``message``, ``function_c
 ``web_search_call``) form one assistant turn whose ``content`` is the list of those items as
 sent; the client-side calls among them are its ``tool_calls``. Each ``*_output`` item becomes
 a tool turn. A user, system or developer message (typed or the short ``{role, content}``
-form) becomes a turn of that role with the message's own ``content``.
+form) becomes a turn of that role with the message's own ``content``. A record that is not
+a Responses item (a chat message or a canonical turn, read with the wrong ``--format``) is
+refused, naming it, rather than wrapped whole into an assistant turn.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ SERVER_TYPES = frozenset(
 SKIPPED_TYPES = frozenset({"item_reference", "ghost_snapshot"})
 """Items that point into server or tool state rather than carry conversation."""
 ITEM_TYPES = CALL_TYPES | OUTPUT_TYPES | SERVER_TYPES | SKIPPED_TYPES | {"message", "reasoning"}
+ROLES = frozenset({"user", "assistant", "system", "developer"})
+_FOREIGN_KEYS = ("tool_calls", "tool_results", "tool_call_id")
+"""Keys of chat messages and canonical turns that no Responses item has."""
 
 
 def _call(item: dict[str, Json]) -> dict[str, Json]:
@@ -79,21 +84,42 @@ class ItemGrouper:
         self._ts: str | None = None
         self._model: str | None = None
         self._skipped: dict[str, int] = {}
+        self._fed = 0
 
     def feed(
-        self, item: Json, *, ts: str | None = None, model: str | None = None
+        self,
+        item: Json,
+        *,
+        ts: str | None = None,
+        model: str | None = None,
+        where: str | None = None,
     ) -> Iterator[Turn]:
-        """Turns completed by ``item`` (a Responses item or short-form message)."""
+        """Turns completed by ``item`` (a Responses item or short-form message); ``where``
+        names it in errors (default: ``item N``, counting the items fed)."""
+        self._fed += 1
+        where = where or f"item {self._fed}"
         if not isinstance(item, dict):
-            raise MalformedTranscriptError(f"expected a Responses item, got {type(item).__name__}")
+            raise MalformedTranscriptError(
+                f"{where} is not a Responses item (a {type(item).__name__})"
+            )
         kind = item.get("type", "message" if "role" in item else None)
         if not isinstance(kind, str):
-            raise MalformedTranscriptError("a Responses item needs a `type` (or a `role`)")
+            raise MalformedTranscriptError(f"{where} needs a `type` (or a `role`)")
+        foreign = next((k for k in _FOREIGN_KEYS if k in item), None)
+        if foreign is not None:
+            raise MalformedTranscriptError(
+                f"{where} is not a Responses item: it has `{foreign}`, as a chat message or a "
+                "turn does"
+            )
         ts = ts or self.default_ts
-        if kind == "message" and item.get("role") != "assistant":
-            role = item.get("role")
-            if not isinstance(role, str):
-                raise MalformedTranscriptError("a Responses message needs a `role`")
+        role = item.get("role")
+        role = role if isinstance(role, str) else ""
+        if kind == "message" and role not in ROLES:
+            raise MalformedTranscriptError(
+                f"{where} is not a Responses message (needs a role among "
+                f"{', '.join(sorted(ROLES))})"
+            )
+        if kind == "message" and role != "assistant":
             yield from self.flush()
             yield Turn(role, item.get("content"), provider=PROVIDER, ts=ts)
         elif kind in OUTPUT_TYPES:

@@ -132,33 +132,34 @@ class Transcript:
             self.subagent = self._log.subagent  # a sub-agent's own log names its sub-agent
             notes.extend(self._log.notes)
             return
-        if self.format == "codex":
-            yield from read_rollout(self._lines("any"), ts=ts, notes=notes)
-            return
-        records, members = self._records(notes)
-        model = members.get("model")
-        model = model if isinstance(model, str) else None
         try:
-            if self.format == "openai-chat":
-                yield from chat_turns(records, model=model, ts=ts)
-            elif self.format == "anthropic":
-                yield from anthropic_turns(
-                    records, system=members.get("system"), model=model, ts=ts
-                )
-            else:
-                yield from turns_from_items(
-                    records,
-                    instructions=members.get("instructions"),
-                    model=model,
-                    ts=ts,
-                    notes=notes,
-                )
+            yield from self._parsed(notes, ts)
         except MalformedTranscriptError as exc:
             # The readers name a record; the file layer's errors already name the file.
             message = str(exc)
             if not message.startswith(f"{self.path}: "):
                 raise MalformedTranscriptError(f"{self.path}: {message}") from None
             raise
+
+    def _parsed(self, notes: list[str], ts: str) -> Iterator[Turn]:
+        if self.format == "codex":
+            yield from read_rollout(self._lines("any"), ts=ts, notes=notes)
+            return
+        records, members = self._records(notes)
+        model = members.get("model")
+        model = model if isinstance(model, str) else None
+        if self.format == "openai-chat":
+            yield from chat_turns(records, model=model, ts=ts)
+        elif self.format == "anthropic":
+            yield from anthropic_turns(records, system=members.get("system"), model=model, ts=ts)
+        else:
+            yield from turns_from_items(
+                records,
+                instructions=members.get("instructions"),
+                model=model,
+                ts=ts,
+                notes=notes,
+            )
 
 
 def open_transcript(

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent_checkpoint.transcripts import Turn, open_transcript
+import pytest
+
+from agent_checkpoint.transcripts import MalformedTranscriptError, Turn, open_transcript
 
 Saved = Callable[..., list[Turn]]
 
@@ -68,6 +71,20 @@ def test_a_replacement_history_replaces_everything_before_it(tmp_path: Path) -> 
         ("user", "summary"),
         ("assistant", [{"type": "message", "role": "assistant", "content": "new"}]),
     ]
+
+
+def test_an_item_that_cannot_be_read_is_refused_naming_the_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "rollout.jsonl"
+    lines = [
+        {"type": "session_meta", "payload": {"id": "x"}},
+        {"type": "response_item", "payload": {"type": "message", "role": "user", "content": "hi"}},
+        {"type": "response_item", "payload": {"type": "message", "content": "no role"}},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    with pytest.raises(
+        MalformedTranscriptError, match=re.escape(f"{path}: line 3 is not a Responses message")
+    ):
+        list(open_transcript(path))
 
 
 def test_an_old_rollout_of_bare_items_reads_too(tmp_path: Path) -> None:

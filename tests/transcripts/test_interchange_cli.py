@@ -409,3 +409,21 @@ def test_save_refuses_what_it_would_ignore(
     ran = run("save", str(fixture_path("transcripts/openai_chat_tools.json")), *extra)
     assert ran.code == 2 and named in one_error_line(ran)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_save_refuses_a_turn_file_forced_to_read_as_responses_items(
+    run: Run, tmp_path: Path, fixture_path: Fixture
+) -> None:
+    turns = tmp_path / "turns.jsonl"
+    assert (
+        run("save", str(fixture_path("transcripts/openai_chat_tools.json")), "-o", str(turns)).code
+        == 0
+    )
+    out = tmp_path / "out.jsonl"
+    ran = run("save", str(turns), "-o", str(out), "--format", "openai-responses")
+    assert ran.code == 5 and ran.out == ""
+    assert one_error_line(ran) == (
+        f"agent-checkpoint: error: {turns}: item 1 is not a Responses item: it has "
+        "`tool_calls`, as a chat message or a turn does"
+    )
+    assert not out.exists()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
-from agent_checkpoint.transcripts import Turn, open_transcript
+import pytest
+
+from agent_checkpoint.transcripts import MalformedTranscriptError, Turn, open_transcript
 
 Saved = Callable[..., list[Turn]]
 
@@ -59,3 +62,26 @@ def test_a_response_object_with_input_and_output_reads_both(tmp_path: Path) -> N
     assert transcript.format == "openai-responses"
     assert [t.role for t in turns] == ["user", "assistant"]
     assert transcript.notes == ["skipped 1 item_reference item(s): they carry no conversation"]
+
+
+@pytest.mark.parametrize(
+    ("item", "named"),
+    [
+        (
+            {"role": "tool", "content": "42"},
+            "item 2 is not a Responses message (needs a role among",
+        ),
+        (
+            {"role": "assistant", "content": "hi", "tool_calls": []},
+            "item 2 is not a Responses item: it has `tool_calls`",
+        ),
+        ([1], "item 2 is not a Responses item (a list)"),
+    ],
+)
+def test_a_record_that_is_not_a_responses_item_is_refused_by_its_number(
+    tmp_path: Path, item: object, named: str
+) -> None:
+    path = tmp_path / "items.json"
+    path.write_text(json.dumps({"input": [{"role": "user", "content": "hi"}, item]}))
+    with pytest.raises(MalformedTranscriptError, match=re.escape(f"{path}: {named}")):
+        list(open_transcript(path))
