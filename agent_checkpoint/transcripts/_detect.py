@@ -177,7 +177,14 @@ def sniff_container(path: Path, *, max_record_bytes: int) -> Container:
         preview = head[:40].decode("utf-8", "replace").split("\n", 1)[0]
         raise MalformedTranscriptError(f"{path}: not JSON or JSON Lines (starts with {preview!r})")
     with path.open("rb") as f:
-        line = f.readline(max_record_bytes + 1).lstrip(BOM).strip()
+        if f.read(3) != BOM:
+            f.seek(0)
+        line = b""
+        while not line:  # the first line that is not blank
+            raw = f.readline(max_record_bytes + 1)
+            if not raw:
+                break
+            line = raw.strip()
     try:
         value = loads(line)
     except (ValueError, UnicodeDecodeError):

@@ -16,7 +16,7 @@ from agent_checkpoint.transcripts import (
     open_transcript,
 )
 from agent_checkpoint.transcripts._detect import detect
-from agent_checkpoint.transcripts._jsonio import MAX_RECORD_BYTES
+from agent_checkpoint.transcripts._jsonio import BOM, MAX_RECORD_BYTES
 
 
 @pytest.mark.parametrize(
@@ -53,6 +53,27 @@ def test_a_canonical_turn_file_is_detected_as_turns(tmp_path: Path) -> None:
         [{"role": "user", "content": "hi", "tool_calls": None, "tool_results": None, "ts": None}],
     )
     assert open_transcript(path).format == "turns"
+
+
+@pytest.mark.parametrize("start", [b"\n", b"  \r\n\n", BOM + b"\n"], ids=["blank", "blanks", "bom"])
+@pytest.mark.parametrize(
+    ("name", "fmt"),
+    [("claude-code/parallel_calls.jsonl", "claude-code"), ("seed/weather.seed.jsonl", "turns")],
+)
+def test_a_jsonl_file_starting_with_a_blank_line_reads_as_without_it(
+    fixture_path: Callable[[str], Path],
+    tmp_path: Path,
+    start: bytes,
+    name: str,
+    fmt: str,
+) -> None:
+    source = fixture_path(name)
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(start + source.read_bytes())
+    detected = detect(path, max_record_bytes=MAX_RECORD_BYTES)
+    assert (detected.format, detected.container) == (fmt, "jsonl")
+    turns = [t.to_json() for t in open_transcript(path)]
+    assert turns and turns == [t.to_json() for t in open_transcript(source)]
 
 
 def test_detection_looks_past_an_ambiguous_first_record(tmp_path: Path) -> None:
