@@ -166,7 +166,7 @@ def test_store_is_accepted_before_the_command_too(
     code, out, _ = cli(capsys, inputs, ["--store", store, "ls"])
     assert code == 0 and out.splitlines()[1].split()[0] == "r1"
     code, out, _ = cli(capsys, inputs, ["--store", store, "save", "{tmp}/t.json"])
-    assert code == 0 and out.startswith("Saved 1 turns")
+    assert code == 0 and out.startswith("Saved 1 turn (1 message) to ")
     # after the command, the option wins
     code, _, err = cli(capsys, inputs, ["--store", store, "ls", "--store", "{tmp}/nowhere"])
     assert code == EXIT["not_found"] and "nowhere" in err

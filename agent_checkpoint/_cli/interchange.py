@@ -58,6 +58,11 @@ def note(line: str) -> None:
     print(f"agent-checkpoint: note: {line}", file=sys.stderr)
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 turn``, ``2 turns``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 @contextmanager
 def translated() -> Iterator[None]:
     """Input files that cannot be read as ``CommandError``: missing (3) or unreadable (5), as
@@ -234,13 +239,13 @@ def run_save(args: argparse.Namespace) -> int:
                 checkpoint, report = turns_to_checkpoint(turns)
                 checkpoint = replace(checkpoint, identity=Identity(key))
     if args.output == "-":  # stdout holds the turns: the report goes to stderr
-        note(f"Saved {count} turns to stdout")
+        note(f"Saved {counted(count, 'turn')} to stdout")
         return EXIT["ok"]
     if args.output:
         if args.json:
             print_json({"turns": count, "output": args.output})
         else:
-            print(f"Saved {count} turns to {args.output}")
+            print(f"Saved {counted(count, 'turn')} to {args.output}")
         return EXIT["ok"]
     for line in report.lines():
         note(line)
@@ -260,7 +265,8 @@ def run_save(args: argparse.Namespace) -> int:
         )
     else:
         print(
-            f"Saved {turns_out} turns ({len(checkpoint.history)} messages) to {where} as "
+            f"Saved {counted(turns_out, 'turn')} ({counted(len(checkpoint.history), 'message')}) "
+            f"to {where} as "
             f"{summary.key} (revision {summary.revision})"
         )
     return EXIT["ok"]
@@ -410,6 +416,7 @@ def run_merge(args: argparse.Namespace) -> int:
         print_json({"fromA": from_a, "fromB": from_b, "output": args.output})
         return EXIT["ok"]
     print(
-        f"Merged {from_a} turns from {args.a} + {from_b} new turns from {args.b} into {args.output}"
+        f"Merged {counted(from_a, 'turn')} from {args.a} + {counted(from_b, 'new turn')} from "
+        f"{args.b} into {args.output}"
     )
     return EXIT["ok"]

@@ -53,6 +53,13 @@ def test_save_writes_turns_and_reports_repairs_on_stderr(
     assert all(line["ts"].endswith("Z") for line in lines)
 
 
+def test_save_counts_one_turn_in_the_singular(run: Run, tmp_path: Path) -> None:
+    source, out = write_json(tmp_path / "t.json", QUICK_START[:1]), tmp_path / "out.jsonl"
+    assert run("save", str(source), "-o", str(out)).out == f"Saved 1 turn to {out}\n"
+    ran = run("save", str(source), "--store", str(tmp_path / "s"), "--key", "k")
+    assert ran.out.startswith("Saved 1 turn (1 message) to ")
+
+
 def test_save_synthesize_keeps_the_unanswered_call(
     run: Run, tmp_path: Path, fixture_path: Fixture
 ) -> None:
