@@ -5,7 +5,9 @@ finds where they part. If one is a prefix of the other, the merge is the longer 
 turn of both, in order, repeated turns included (the seed's "append what is not already
 present" dropped a user's second "yes"). If both go on past the fork, that is a divergence:
 ``merged_turns`` refuses it with ``DivergedError`` unless told which side's branch to keep.
-Output turns carry ``_meta.source`` (``"a"`` or ``"b"``), as the seed's merge did.
+Output turns carry ``_meta.source``, ``"a"`` or ``"b"``: the side of this merge each came
+from, replacing the tag of an earlier merge (the seed's merge kept it, so a turn new in B
+could say ``"a"``).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def find_fork(a: Iterable[Turn], b: Iterable[Turn]) -> Fork:
 def _tagged(turn: Turn, source: Side) -> Turn:
     meta = turn.extra.get("_meta")
     meta = dict(meta) if isinstance(meta, dict) else {}
-    meta.setdefault("source", source)
+    meta["source"] = source
     extra: dict[str, Json] = dict(turn.extra) | {"_meta": meta}
     return turn.evolve(extra=extra)
 

@@ -61,8 +61,8 @@ def test_prefer_keeps_one_branch_past_the_fork() -> None:
     assert [t.extra["_meta"]["source"] for t in kept_b] == ["a", "a", "b", "b"]
 
 
-def test_existing_provenance_is_not_overwritten() -> None:
-    a = [Turn("user", "q", extra={"_meta": {"source": "laptop"}})]
-    b = [*a, Turn("assistant", "r")]
+def test_the_source_is_the_side_of_this_merge_whatever_an_earlier_merge_said() -> None:
+    a = [Turn("user", "q", extra={"_meta": {"source": "b", "other": 1}})]
+    b = [*a, Turn("assistant", "r", extra={"_meta": {"source": "a"}})]
     merged = list(merged_turns(a, b, find_fork(a, b)))
-    assert [t.extra["_meta"]["source"] for t in merged] == ["laptop", "b"]
+    assert [t.extra["_meta"] for t in merged] == [{"source": "a", "other": 1}, {"source": "b"}]
