@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -410,13 +411,26 @@ def run_merge(args: argparse.Namespace) -> int:
         plan = plan_integrity(merged, policy=args.on_dangling)  # refuses a divergence
         for line in plan.report.lines():
             note(line)
-        _write(args.output, plan.apply(merged))
-    from_a, from_b = fork.taken(args.prefer)
+        sources: Counter[str | None] = Counter()
+        _write(args.output, _tallied(plan.apply(merged), sources))
+    # What was written, after the repair cut or added turns: not what the fork offered.
+    from_a, from_b = sources.pop("a", 0), sources.pop("b", 0)
+    added = sum(sources.values())
     if args.json:
-        print_json({"fromA": from_a, "fromB": from_b, "output": args.output})
+        print_json({"fromA": from_a, "fromB": from_b, "added": added, "output": args.output})
         return EXIT["ok"]
     print(
         f"Merged {counted(from_a, 'turn')} from {args.a} + {counted(from_b, 'new turn')} from "
         f"{args.b} into {args.output}"
+        + (f" with {counted(added, 'added error result')}" if added else "")
     )
     return EXIT["ok"]
+
+
+def _tallied(turns: Iterable[Turn], sources: Counter[str | None]) -> Iterator[Turn]:
+    """``turns``, counting them by their ``_meta.source`` (``None`` for added results)."""
+    for turn in turns:
+        meta = turn.extra.get("_meta")
+        source = meta.get("source") if isinstance(meta, dict) else None
+        sources[source if isinstance(source, str) else None] += 1
+        yield turn

@@ -347,6 +347,40 @@ def test_merge_extends_refuses_divergence_and_honours_prefer(run: Run, tmp_path:
     assert run("merge", str(base), str(tmp_path / "missing"), "-o", str(out)).code == 3
 
 
+@pytest.mark.parametrize(
+    ("options", "report", "json_counts", "written"),
+    [
+        ([], "2 turns from {a} + 1 new turn from {b} into {out}", (2, 1, 0), 3),
+        (
+            ["--on-dangling", "synthesize"],
+            "2 turns from {a} + 2 new turns from {b} into {out} with 1 added error result",
+            (2, 2, 1),
+            5,
+        ),
+    ],
+    ids=["cut", "synthesized"],
+)
+def test_merge_reports_the_turns_it_wrote_after_the_repair(
+    run: Run,
+    tmp_path: Path,
+    options: list[str],
+    report: str,
+    json_counts: tuple[int, int, int],
+    written: int,
+) -> None:
+    a, b, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "out.jsonl"
+    write_json(a, QUICK_START[:2])
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    unanswered = {"role": "assistant", "content": None, "tool_calls": [call]}
+    write_json(b, [*QUICK_START[:3], unanswered])  # B's last turn is cut, or answered
+    ran = run("merge", str(a), str(b), "-o", str(out), *options)
+    assert ran.out == "Merged " + report.format(a=a, b=b, out=out) + "\n"
+    assert len(out.read_text(encoding="utf-8").splitlines()) == written
+    ran = run("merge", str(a), str(b), "-o", str(out), "--json", *options)
+    counts = json.loads(ran.out)
+    assert (counts["fromA"], counts["fromB"], counts["added"]) == json_counts
+
+
 def _nested_input(levels: int) -> object:
     value: object = "x"
     for i in range(levels):
