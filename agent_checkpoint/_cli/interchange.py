@@ -190,6 +190,18 @@ def _write(path: str, turns: Iterable[Turn]) -> int:
         raise CommandError(f"cannot write {path}: {exc.strerror or exc}", EXIT["usage"]) from exc
 
 
+def _not_an_input(output: str, *inputs: str) -> None:
+    """Refuse an output that is one of the inputs: the write would replace the transcript
+    being read (a Claude Code log, say) with its turns."""
+    for source in inputs:
+        try:
+            same = output != "-" and os.path.samefile(output, source)
+        except OSError:  # one of them does not exist (yet): not the same file
+            same = False
+        if same:
+            raise CommandError(f"-o {output} is the input {source}: writing there would replace it")
+
+
 def default_key(transcript: Transcript, subagent: str | None = None) -> str:
     """The store key ``save`` uses unless given one: the transcript's own session id, else a
     name from its file (stem and a hash of the absolute path), so saving the same transcript
@@ -218,6 +230,8 @@ def run_save(args: argparse.Namespace) -> int:
         )
     if args.output and args.key:
         raise CommandError("--key names a record in a store: save -o writes a file, not a store")
+    if args.output:
+        _not_an_input(args.output, args.transcript)
     with translated():
         transcript = _open(args.transcript, args.input_format, args.subagent)
         with progress("reading", None, unit="turn(s)"):
@@ -401,6 +415,7 @@ class _Merged:
 
 
 def run_merge(args: argparse.Namespace) -> int:
+    _not_an_input(args.output, args.a, args.b)
     with translated():
         a = _open(args.a, args.input_format)
         b = _open(args.b, args.input_format)

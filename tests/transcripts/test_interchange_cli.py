@@ -136,6 +136,25 @@ def test_save_needs_exactly_one_destination(run: Run, tmp_path: Path) -> None:
     assert run("save", str(source), "-o", "x.jsonl", "--store", str(tmp_path / "s")).code == 2
 
 
+def test_save_and_merge_refuse_to_write_over_their_input(
+    run: Run, tmp_path: Path, fixture_path: Fixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    log = tmp_path / "session.jsonl"
+    log.write_bytes(fixture_path("claude-code/parallel_calls.jsonl").read_bytes())
+    before = log.read_bytes()
+    ran = run("save", "session.jsonl", "-o", "./session.jsonl")
+    assert ran.code == 2 and ran.out == ""
+    assert one_error_line(ran) == (
+        "agent-checkpoint: error: -o ./session.jsonl is the input session.jsonl: writing there "
+        "would replace it"
+    )
+    assert run("save", "session.jsonl", "-o", "turns.jsonl").code == 0
+    ran = run("merge", "turns.jsonl", "session.jsonl", "-o", str(log))
+    assert ran.code == 2 and f"-o {log} is the input session.jsonl" in one_error_line(ran)
+    assert log.read_bytes() == before
+
+
 def test_save_to_a_folder_that_does_not_exist_exits_2(run: Run, tmp_path: Path) -> None:
     source = write_json(tmp_path / "t.json", QUICK_START)
     ran = run("save", str(source), "-o", str(tmp_path / "no" / "such" / "dir" / "c.jsonl"))
