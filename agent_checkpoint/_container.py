@@ -101,7 +101,8 @@ def is_container(body: bytes) -> bool:
     return body[: len(MAGIC)] == MAGIC
 
 
-def _aesgcm(key: bytes) -> Any:
+def _aead() -> Any:
+    """The AES-GCM class of the ``cryptography`` package, or the error naming the extra."""
     try:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     except ModuleNotFoundError as exc:
@@ -109,7 +110,11 @@ def _aesgcm(key: bytes) -> Any:
             "encrypted stores need the 'cryptography' package; install it with: "
             "pip install 'localab-checkpoint[encryption]'"
         ) from exc
-    return AESGCM(key)
+    return AESGCM
+
+
+def _aesgcm(key: bytes) -> Any:
+    return _aead()(key)
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,8 @@ class Sealer:
             )
         if self.compress not in (None, "zlib"):
             raise InvalidArgumentError(f"compress must be 'zlib' or None, not {self.compress!r}")
+        if self.keyring is not None:
+            _aead()  # refused once, at open: not at each record a command reads or rewrites
 
     @property
     def active(self) -> bool:

@@ -195,3 +195,58 @@ def test_an_unreadable_record_is_one_short_line_and_verbose_has_the_rest(
     assert code == EXIT["invalid"]
     assert "An unreadable stored conversation and an absent one are different facts" in err
     assert "Traceback (most recent call last)" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["show", "k"], ["get", "k"], ["verify"], ["rekey"], ["ls"], ["put", "{tmp}/c.json"]],
+    ids=lambda argv: argv[0],
+)
+def test_keys_set_without_the_encryption_extra_is_refused_once_at_open(
+    inputs: Path, argv: list[str]
+) -> None:
+    """With $AGENT_CHECKPOINT_KEYS set on an install without ``cryptography``, every command
+    stops at open with exit 7 and one line naming the extra: not an internal error at the
+    first encrypted record, and not one line per record (rekey)."""
+    import base64
+    import os
+    import subprocess
+    import sys
+
+    store = inputs / "store"
+    with open_store(str(store)) as plain:
+        for n in range(5):
+            plain.put(checkpoint(f"r{n}"), key="k" if n == 0 else f"k{n}")
+        before = {s.key: s.revision for s in plain.list().items}
+    env = {**os.environ, "AGENT_CHECKPOINT_KEYS": "k1:" + base64.b64encode(b"\1" * 32).decode()}
+    without_cryptography = (
+        "import sys; sys.modules['cryptography'] = None; "
+        "from agent_checkpoint._cli import main; raise SystemExit(main(sys.argv[1:]))"
+    )
+    args = [a.replace("{tmp}", str(inputs)) for a in argv]
+    done = subprocess.run(
+        [sys.executable, "-c", without_cryptography, "--store", str(store), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == EXIT["dependency"], done.stderr
+    line = one_error_line(done.stderr)
+    assert "pip install 'localab-checkpoint[encryption]'" in line
+    with open_store(str(store)) as plain:  # nothing was written, and all reads as plain JSON
+        assert {s.key: s.revision for s in plain.list().items} == before
+        assert [plain.get(key).run_id for key in ("k", "k1")] == ["r0", "r1"]
+
+
+def test_help_names_the_environment_and_every_exit_code(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, _ = cli(capsys, tmp_path, ["--help"])
+    text = " ".join(out.split())
+    assert code == 0
+    for variable in ("AGENT_CHECKPOINT_STORE", "AGENT_CHECKPOINT_KEYS", "AGENT_CHECKPOINT_QUIET"):
+        assert variable in text
+    assert "localab-checkpoint[encryption]" in text.replace("- ", "-")
+    for name, number in EXIT.items():
+        assert f"{number} {name.replace('_', ' ')}" in text

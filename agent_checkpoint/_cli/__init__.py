@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from .. import (
     DEFAULT_STORE_PATH,
+    KEYS_ENV,
     STORE_ENV,
     BackendError,
     CheckpointError,
@@ -45,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-checkpoint",
         description="Save, store, inspect and resume AI-agent run checkpoints.",
+        epilog=f"environment: {STORE_ENV} (the store when --store is not given); {KEYS_ENV}="
+        "ID:BASE64[,ID:BASE64...] (keys that encrypt new records and open old ones, the first "
+        f"is primary; needs pip install 'localab-checkpoint[encryption]'); {QUIET_ENV}=1 (as -q). "
+        "Exit codes: "
+        + ", ".join(f"{code} {name.replace('_', ' ')}" for name, code in EXIT.items())
+        + " (README.md, 'Exit codes').",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument(
