@@ -181,3 +181,32 @@ def test_the_framework_floors_are_the_lower_bounds_the_framework_extras_declare(
     test_bounds = dict(r.partition(">=")[::2] for r in extras["test"] if ">=" in r)
     for name in ("langgraph", "langgraph-checkpoint-conformance"):
         assert _padded(pins[name]) == _padded(test_bounds[name]), name
+
+
+def test_scripts_test_help_and_quick_mode_do_not_install_or_run_the_gates(
+    tmp_path: Path,
+) -> None:
+    """``./scripts/test --help`` prints its usage and ``--quick`` without tests refuses, both
+    before anything is installed: a venv that cannot be made (PYTHON=false, VENV absent) would
+    fail any install step."""
+    env = {**os.environ, "PYTHON": "false", "VENV": str(tmp_path / "no-venv")}
+    shown = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "test"), "--help"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("usage: ./scripts/test [--quick]")
+    assert "--quick" in shown.stdout and not (tmp_path / "no-venv").exists()
+    env["VENV"] = sys.prefix  # this venv: --quick needs no install
+    bare = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "test"), "--quick"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bare.returncode == 2
+    assert "name the tests to run" in bare.stderr
