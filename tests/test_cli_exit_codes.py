@@ -250,3 +250,38 @@ def test_help_names_the_environment_and_every_exit_code(
     assert "localab-checkpoint[encryption]" in text.replace("- ", "-")
     for name, number in EXIT.items():
         assert f"{number} {name.replace('_', ' ')}" in text
+
+
+def test_every_command_has_a_description_examples_that_parse_and_its_exit_codes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import argparse
+    import shlex
+
+    from agent_checkpoint._cli import _EXAMPLES, _split_command, build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(_EXAMPLES) == set(commands)
+    for name, command in commands.items():
+        code, out, _ = cli(capsys, tmp_path, [name, "--help"])
+        text = " ".join(out.split())
+        assert code == 0 and command.description, name
+        assert "exit codes: 0 ok" in text and "7 missing extra" in text, name
+        for example in _EXAMPLES[name]:
+            argv = shlex.split(example.split("   (")[0].split(" > ")[0])
+            assert f"agent-checkpoint {example.split()[0]}" in out, (name, example)
+            args, unknown = parser.parse_known_args(_split_command(argv)[0])
+            assert not unknown and args.run, (name, example, unknown)
+    for name in ("get", "show", "rm"):
+        code, out, _ = cli(capsys, tmp_path, [name, "--help"])
+        assert "the stored run's key" in out or "keys of the runs" in out, name
+
+
+def test_a_mistyped_option_gets_the_commands_usage_and_the_nearest_option(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = cli(capsys, tmp_path, ["ls", "--limt", "5"])
+    assert code == EXIT["usage"]
+    assert err.startswith("usage: agent-checkpoint ls ")
+    assert "unrecognized arguments: --limt 5; --limt: did you mean --limit?" in err

@@ -10,8 +10,11 @@ secrets the command was given.
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
+import textwrap
 from collections.abc import Sequence
+from typing import Any
 
 from .. import (
     DEFAULT_STORE_PATH,
@@ -62,12 +65,53 @@ def build_parser() -> argparse.ArgumentParser:
         f"./{DEFAULT_STORE_PATH}); also accepted after the command",
     )
     _add_output_options(parser, default=False)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command_name", metavar="COMMAND", required=True)
     for group in _GROUPS:
         group.register(sub)
-    for command in sub.choices.values():
+    for name, command in sub.choices.items():
         _add_output_options(command, default=argparse.SUPPRESS)
+        _describe(name, command, sub)
     return parser
+
+
+_EXAMPLES = {
+    "put": ["put run.json", "put run.json --key conv-7 --if-revision 3"],
+    "get": ["get conv-7 > run.json", "get conv-7 --envelope"],
+    "show": ["show conv-7", "show conv-7 --messages 20"],
+    "ls": ["ls --failed --since 1d", "ls --owner alice@acme.test --json"],
+    "rm": ["rm conv-7", "rm conv-7 --if-revision 4"],
+    "prune": ["prune --older-than 30d --dry-run", "prune --older-than 30d"],
+    "setup": ["--store postgresql://localhost/agents setup"],
+    "claims": ["claims", "claims --json"],
+    "copy": ["copy --to redis://localhost:6379/0", "--store ./old copy --to ./new --overwrite"],
+    "migrate": ["migrate --dry-run", "migrate"],
+    "rekey": [f"rekey   ({KEYS_ENV} holds the new primary key first)"],
+    "verify": ["verify", "verify --repair"],
+    "resume-worker": ["resume-worker --worker w1 -- my-agent --resume"],
+    "save": ["save session.jsonl -o ckpt.json", "save session.jsonl --store ./runs"],
+    "resume": ["resume ckpt.json -- my-agent", "resume conv-7 --store ./runs -- my-agent"],
+    "diff": ["diff a.json b.json"],
+    "merge": ["merge a.json b.json -o merged.json"],
+}
+"""One or two typical command lines per command, shown under its ``--help``."""
+
+_OWN_CODES = {"diff": "1 differ, ", "resume": "the command's own code, 126/127 if it cannot run, "}
+
+
+def _describe(name: str, command: argparse.ArgumentParser, sub: Any) -> None:
+    """A command's ``--help``: a description (its one-line help where it has none), examples
+    and the exit codes."""
+    summary = next((a.help for a in sub._choices_actions if a.dest == name), None)
+    if command.description is None and summary:
+        command.description = summary[0].upper() + summary[1:] + "."
+    examples = "".join(f"\n  agent-checkpoint {line}" for line in _EXAMPLES.get(name, []))
+    codes = textwrap.fill(
+        f"exit codes: 0 ok, {_OWN_CODES.get(name, '')}2 usage, 3 not found, 4 conflict, "
+        "5 invalid, 6 store or server failure, 7 missing extra (README.md, 'Exit codes')",
+        78,
+    )
+    command.epilog = (f"examples:{examples}\n\n" if examples else "") + codes
+    command.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 def _add_output_options(parser: argparse.ArgumentParser, default: object) -> None:
@@ -137,6 +181,22 @@ def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
+def _refuse_unknown(parser: argparse.ArgumentParser, name: str | None, unknown: list[str]) -> None:
+    """argparse's error for options no command takes, from the command's own parser (its
+    usage, not the top level's), with the nearest option it has where one is close."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command = sub.choices.get(name or "", parser)
+    known = [o for action in command._actions for o in action.option_strings]
+    hints = [
+        f"{word}: did you mean {close[0]}?"
+        for word in unknown
+        if word.startswith("--")
+        and (close := difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.7))
+    ]
+    message = f"unrecognized arguments: {' '.join(unknown)}"
+    command.error("; ".join([message, *hints]))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ours, command = _split_command(sys.argv[1:] if argv is None else argv)
@@ -148,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"({_TAKES_A_COMMAND[name]})"
         )
     if unknown:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        _refuse_unknown(parser, getattr(args, "command_name", None), unknown)
     if command is not None:
         args.command = [*args.command, *command]
     boundary = Boundary(verbose=args.verbose, quiet=args.quiet)

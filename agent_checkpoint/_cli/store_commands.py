@@ -308,13 +308,13 @@ def register(sub: Any) -> None:
     p.set_defaults(run=cmd_put)
 
     p = sub.add_parser("get", help="print a stored checkpoint as JSON")
-    p.add_argument("key")
+    p.add_argument("key", help="the stored run's key (as ls shows it)")
     p.add_argument("--envelope", action="store_true", help="print the whole envelope")
     add_store_option(p)
     p.set_defaults(run=cmd_get)
 
     p = sub.add_parser("show", help="summary, failure point and last messages of a checkpoint")
-    p.add_argument("key")
+    p.add_argument("key", help="the stored run's key (as ls shows it)")
     p.add_argument(
         "--messages", type=_count, default=5, metavar="N", help="last N messages (default 5)"
     )
@@ -341,7 +341,7 @@ def register(sub: Any) -> None:
     p.set_defaults(run=cmd_ls)
 
     p = sub.add_parser("rm", help="delete stored checkpoints")
-    p.add_argument("keys", nargs="+", metavar="KEY")
+    p.add_argument("keys", nargs="+", metavar="KEY", help="keys of the runs to delete")
     p.add_argument("--if-revision", type=int, metavar="N", help="delete only at revision N")
     add_json_option(p, "the keys deleted and missing")
     add_store_option(p)
