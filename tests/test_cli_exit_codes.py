@@ -285,3 +285,23 @@ def test_a_mistyped_option_gets_the_commands_usage_and_the_nearest_option(
     assert code == EXIT["usage"]
     assert err.startswith("usage: agent-checkpoint ls ")
     assert "unrecognized arguments: --limt 5; --limt: did you mean --limit?" in err
+
+
+def test_a_mistyped_key_or_scheme_is_not_found_with_the_nearest_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    with open_store(str(store)) as opened:
+        for n in (5, 6, 700):
+            opened.put(checkpoint(f"r{n}"), key=f"conv-{n:05d}")
+    for argv in (["show", "conv-0005"], ["get", "conv-0005"], ["rm", "conv-0005"]):
+        code, _, err = cli(capsys, tmp_path, ["--store", str(store), *argv])
+        assert code == EXIT["not_found"], argv
+        assert one_error_line(err).endswith("did you mean 'conv-00005'?"), err
+    code, _, err = cli(capsys, tmp_path, ["--store", str(store), "show", "nothing-like-it"])
+    assert code == EXIT["not_found"] and "did you mean" not in err
+    code, _, err = cli(capsys, tmp_path, ["--store", "redsi://localhost", "ls"])
+    assert code == EXIT["usage"]
+    assert "unknown store URL scheme 'redsi://': did you mean 'redis://'?" in one_error_line(err)
+    with open_store(str(store)) as opened:  # rm of a near miss deleted nothing
+        assert len(opened.list().items) == 3

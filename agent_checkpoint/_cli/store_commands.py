@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from .. import EnvelopeError, InvalidCheckpointError, Summary
+from .. import EnvelopeError, InvalidCheckpointError, Store, Summary
 from ._common import (
     EXIT,
     CommandError,
@@ -158,15 +158,40 @@ def cmd_put(args: argparse.Namespace) -> int:
     return EXIT["ok"]
 
 
-def _missing(key: str) -> CommandError:
-    return CommandError(f"no checkpoint stored under {key!r}", EXIT["not_found"])
+SUGGEST_AMONG = 5_000
+"""Newest keys a not-found error looks through for a near miss (one page read, or a few)."""
+
+
+def _missing(key: str, store: Store) -> CommandError:
+    return CommandError(
+        f"no checkpoint stored under {key!r}{_nearest(store, [key])}", EXIT["not_found"]
+    )
+
+
+def _nearest(store: Store, keys: list[str]) -> str:
+    """``; did you mean 'conv-00005'?`` for keys a typo away from stored ones."""
+    import difflib  # only on this error
+
+    stored: list[str] = []
+    cursor = None
+    while len(stored) < SUGGEST_AMONG:
+        page = store.list(limit=min(500, SUGGEST_AMONG - len(stored)), cursor=cursor)
+        stored += [summary.key for summary in page.items]
+        if (cursor := page.cursor) is None:
+            break
+    close = [
+        match[0]
+        for key in keys
+        if (match := difflib.get_close_matches(key, stored, n=1, cutoff=0.8))
+    ]
+    return f"; did you mean {', '.join(map(repr, close))}?" if close else ""
 
 
 def cmd_get(args: argparse.Namespace) -> int:
     with store_from(args) as store:
         doc = store.get_json(args.key)
-    if doc is None:
-        raise _missing(args.key)
+        if doc is None:
+            raise _missing(args.key, store)
     print_json(doc if args.envelope else doc["data"])
     return EXIT["ok"]
 
@@ -175,7 +200,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     with store_from(args) as store:
         record = store.get_record(args.key)
         if record is None:
-            raise _missing(args.key)
+            raise _missing(args.key, store)
         envelope = store.decode(record)
     if args.json:
         print_json({"summary": summary_json(record.summary), "envelope": envelope.to_json()})
@@ -252,10 +277,11 @@ def cmd_rm(args: argparse.Namespace) -> int:
                     print(f"Deleted {key}")
             else:
                 missing.append(key)
+        hint = _nearest(store, missing) if missing else ""
     if args.json:
         print_json({"deleted": deleted, "missing": missing})
     if missing:
-        raise CommandError(f"not found: {', '.join(map(repr, missing))}", EXIT["not_found"])
+        raise CommandError(f"not found: {', '.join(map(repr, missing))}{hint}", EXIT["not_found"])
     return EXIT["ok"]
 
 

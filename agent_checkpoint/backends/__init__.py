@@ -156,7 +156,9 @@ def route(url: str) -> tuple[str, BackendEntry]:
             return scheme, _REGISTRY[scheme]
         if explicit or fsspec_knows(scheme):
             return scheme, _FSSPEC
-        raise InvalidKeyError(f"unknown store URL scheme '{scheme}://' ({_known()})")
+        raise InvalidKeyError(
+            f"unknown store URL scheme '{scheme}://'{_nearest(scheme)} ({_known()})"
+        )
     if after == ":" and (explicit or fsspec_knows(scheme)):
         return scheme, _FSSPEC  # an fsspec chain: simplecache::s3://bucket/path
     if after is not None or scheme in _REGISTRY:
@@ -165,6 +167,14 @@ def route(url: str) -> tuple[str, BackendEntry]:
             f"with SCHEME:// ({_known()}); write a folder whose name holds a colon as ./NAME"
         )
     return "file", _REGISTRY["file"]
+
+
+def _nearest(scheme: str) -> str:
+    """``: did you mean 'redis://'?`` for a scheme one typo away from a known one."""
+    import difflib  # only on this error: not on every CLI start
+
+    close = difflib.get_close_matches(scheme, sorted(_REGISTRY), n=1, cutoff=0.6)
+    return f": did you mean '{close[0]}://'?" if close else ""
 
 
 def _known() -> str:
