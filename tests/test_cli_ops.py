@@ -152,7 +152,8 @@ def test_claims_lists_live_leases(tmp_path: Path, capsys: pytest.CaptureFixture[
     with open_store(url) as store, store.claim("k1", "worker-a", ttl=60):
         code, out, _ = run(capsys, "claims", "--json", "--store", url)
         assert code == 0
-        assert [(c["key"], c["worker"]) for c in json.loads(out)] == [("k1", "worker-a")]
+        listed = json.loads(out)["items"]  # {"items": [...]}, as ls --json
+        assert [(c["key"], c["worker"]) for c in listed] == [("k1", "worker-a")]
         code, out, _ = run(capsys, "claims", "--store", url)
         assert code == 0
         assert "worker-a" in out and out.splitlines()[0].split()[:2] == ["KEY", "WORKER"]
@@ -338,3 +339,44 @@ def test_migrate_says_what_migrations_takes(
         store.put(checkpoint("r"), key="k")
     code, out, err = run(capsys, "migrate", "--migrations", spec, "--store", url)
     assert (code, out) == (EXIT["usage"], "") and named in err
+
+
+@pytest.mark.parametrize("to", ["{url}", "{url}/", "file://{url}", "{url}/../{name}"])
+def test_copy_onto_its_own_store_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], to: str
+) -> None:
+    url = str(tmp_path / "store")
+    fill(url, 2)
+    target = to.format(url=url, name="store")
+    code, _, err = run(capsys, "copy", "--to", target, "--store", url)
+    assert code == 2
+    assert "names the store it copies from" in err
+    code, out, _ = run(capsys, "copy", "--to", str(tmp_path / "other"), "--store", url)
+    assert code == 0 and out.startswith("Copied 2 record(s)")
+
+
+def test_ls_refuses_a_failure_phase_with_ok(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = str(tmp_path)
+    fill(url, 2, failed="llm")
+    code, _, err = run(capsys, "ls", "--phase", "llm", "--ok", "--store", url)
+    assert code == 2 and "cannot go with --ok" in err
+    code, out, _ = run(capsys, "ls", "--phase", "llm", "--failed", "--store", url)
+    assert code == 0 and "k0" in out and "k1" in out
+
+
+def test_show_messages_all_prints_every_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = str(tmp_path)
+    with open_store(url) as store:
+        store.put(checkpoint("r1", messages=12, text="msg"), key="long")
+    code, out, _ = run(capsys, "show", "long", "--messages", "all", "--store", url)
+    assert code == 0 and "all 12 message(s):" in out
+    assert all(f"msg {i}\n" in out for i in range(12))
+    code, out, _ = run(capsys, "show", "long", "--store", url)
+    assert "last 5 message(s):" in out and "msg 6\n" not in out and "msg 7\n" in out
+    with pytest.raises(SystemExit) as usage:
+        run(capsys, "show", "long", "--messages", "every", "--store", url)
+    assert usage.value.code == 2 and "got 'every'" in capsys.readouterr().err

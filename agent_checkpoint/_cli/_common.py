@@ -64,6 +64,20 @@ def store_url(args: argparse.Namespace) -> str:
     return getattr(args, "store", None) or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
 
 
+def same_store(a: str, b: str) -> bool:
+    """Whether two store URLs or paths name one store: the same folder (however written), or
+    the same URL but for a trailing slash."""
+    from ..backends import route
+
+    if route(a)[0] == route(b)[0] == "file":
+
+        def folder(url: str) -> str:
+            return os.path.realpath(url.removeprefix("file://"))
+
+        return folder(a) == folder(b)
+    return a.rstrip("/") == b.rstrip("/")
+
+
 def store_from(
     args: argparse.Namespace,
     url: str | None = None,

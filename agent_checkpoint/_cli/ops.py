@@ -36,7 +36,9 @@ from ._common import (
     now_ms,
     print_json,
     progress,
+    same_store,
     store_from,
+    store_url,
 )
 from ._table import Column, print_table
 from .store_commands import add_json_option
@@ -57,7 +59,8 @@ def cmd_claims(args: argparse.Namespace) -> int:
         leases = store.claims()
     now = now_ms()
     if args.json:
-        print_json([{"key": c.key, "worker": c.worker, "expiresAt": c.expires_at} for c in leases])
+        items = [{"key": c.key, "worker": c.worker, "expiresAt": c.expires_at} for c in leases]
+        print_json({"items": items})  # the shape of ls --json
         return EXIT["ok"]
     if not leases:
         print("no live claims")
@@ -74,6 +77,10 @@ def cmd_claims(args: argparse.Namespace) -> int:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
+    if same_store(store_url(args), args.to):
+        raise CommandError(
+            f"copy --to {mask_url(args.to)!r} names the store it copies from; give another store"
+        )
     report = CopyReport()
     with (
         store_from(args) as source,

@@ -43,6 +43,11 @@ SUMMARY_COLUMNS = (
 agent are shortened and left out, then the failure and the time; the key never."""
 
 
+def _messages(text: str) -> int | None:
+    """``--messages``: a count, or ``all`` (``None``: every message)."""
+    return None if text == "all" else _count(text)
+
+
 def _count(text: str) -> int:
     """A whole number >= 0, for argparse (which then names the option it was given to)."""
     try:
@@ -222,9 +227,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     rows.append(("messages", f"{len(ckpt.history)} ({s.message_count} with text)"))
     for name, value in rows:
         print(f"  {name:<10} {value}")
-    tail = ckpt.history[-args.messages :] if args.messages > 0 else ()
+    if args.messages is None:
+        tail: Any = ckpt.history
+    else:
+        tail = ckpt.history[-args.messages :] if args.messages > 0 else ()
     if tail:
-        print(f"  last {len(tail)} message(s):")
+        print(f"  {'all' if args.messages is None else 'last'} {len(tail)} message(s):")
     for m in tail:
         text = m.content if m.content else ""
         if m.tool_calls:
@@ -241,6 +249,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    if args.phase is not None and args.ok:
+        raise CommandError("--phase lists runs that failed in that phase: it cannot go with --ok")
     filters: dict[str, Any] = {
         "owner": args.owner,
         "agent_id": args.agent,
@@ -342,7 +352,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser("show", help="summary, failure point and last messages of a checkpoint")
     p.add_argument("key", help="the stored run's key (as ls shows it)")
     p.add_argument(
-        "--messages", type=_count, default=5, metavar="N", help="last N messages (default 5)"
+        "--messages",
+        type=_messages,
+        default=5,
+        metavar="N",
+        help="last N messages (default 5), or all",
     )
     add_json_option(p, "the summary and the whole record")
     add_store_option(p)
