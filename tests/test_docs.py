@@ -2,11 +2,11 @@
 
 A block is marked, on the line before its fence, ``<!-- not runnable: why -->`` or
 ``<!-- checked by tests/FILE.py -->`` (a test that reads the block from the document itself).
-Every other block runs, one document at a time, in order, in a copy of the repository's
-examples, fixtures and scripts, with this environment's ``agent-checkpoint`` and ``python``
+Every other block runs, README's first and then each doc's, in order, in ONE copy of the
+repository's examples and fixtures, after README's main job (as a reader runs them), with this environment's ``agent-checkpoint`` and ``python``
 first on the PATH (as after ``source .venv/bin/activate``):
 
-- ``python``: as a program, in a folder of its own;
+- ``python``: as a program, in the same folder;
 - ``bash``: as a script that must succeed;
 - ``console``: each ``$ command`` (``\\`` continues it) runs in one shell session, and what it
   prints (stdout and stderr, in order) must be the lines shown, with dates and times, epoch
@@ -136,32 +136,48 @@ def workspace(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=lambda d: str(d.relative_to(ROOT)))
-def test_the_blocks_of_a_document_run_as_written(doc: Path, tmp_path: Path) -> None:
+MAIN_JOB = "agent-checkpoint put examples/crashed-run.json && agent-checkpoint ls"
+"""What README's first command does in the folder a reader then works in (tests/test_packaging.py
+runs that command itself, install included)."""
+
+
+def test_the_blocks_of_every_document_run_in_one_folder_in_reading_order(tmp_path: Path) -> None:
+    """A reader runs the main job, then README's blocks and each doc's, in one folder, in
+    order: a block that clashes with what an earlier one stored fails here as it would there."""
     cwd = workspace(tmp_path)
     bin_dir = str(Path(sys.executable).parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_CHECKPOINT_")}
     env |= {"PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", "COLUMNS": ""}
     env.pop("COLUMNS")
-    for n, block in enumerate(b for b in blocks(doc) if b.mark is None):
+    main_job = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", MAIN_JOB],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert main_job.returncode == 0, main_job.stderr
+    for block in (b for doc in DOCS for b in blocks(doc) if b.mark is None):
         if block.lang == "console":
             run_console(block, cwd, env)
-        elif block.lang == "bash":
-            ran = subprocess.run(
-                ["bash", "-euo", "pipefail", "-c", block.text],
-                cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
-            )  # fmt: skip
-            assert ran.returncode == 0, f"{block}: {ran.stderr}"
+            continue
+        if block.lang == "bash":
+            argv = ["bash", "-euo", "pipefail", "-c", block.text]
         else:
-            own = cwd / f"python-block-{n}"
-            own.mkdir()
-            shutil.copytree(cwd / "examples", own / "examples")
-            (own / "block.py").write_text(block.text, encoding="utf-8")
-            ran = subprocess.run(
-                [sys.executable, "block.py"],
-                cwd=own, env=env, capture_output=True, text=True, timeout=300,
-            )  # fmt: skip
-            assert ran.returncode == 0, f"{block}: {ran.stderr}"
+            (cwd / "block.py").write_text(block.text, encoding="utf-8")
+            argv = [sys.executable, "block.py"]
+        ran = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+        assert ran.returncode == 0, f"{block}: {ran.stderr}"
+
+
+def test_readme_shows_what_the_main_job_prints_in_a_new_folder(tmp_path: Path) -> None:
+    (block,) = [
+        b
+        for b in blocks(ROOT / "README.md")
+        if b.mark == "checked by" and b.lang == "console" and "put examples/crashed-run" in b.text
+    ]
+    bin_dir = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_CHECKPOINT_")}
+    env |= {"PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"}
+    env.pop("COLUMNS", None)
+    run_console(block, workspace(tmp_path), env)
 
 
 def test_the_readme_names_every_runtime_dependency_and_the_license() -> None:
