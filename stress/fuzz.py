@@ -1,7 +1,8 @@
 """Fuzz campaign: hypothesis over every reader of untrusted input.
 
-Targets (inputs are random values, and seeds from ``tests/vectors`` and ``tests/fixtures``
-mutated structurally and byte by byte):
+Targets (inputs are random values, and seeds from ``tests/vectors``, ``tests/fixtures`` and,
+where present, the shared fixtures folder's Claude Code logs, mutated structurally and byte by
+byte):
 
 - ``door``: ``_validation.validate_checkpoint`` on JSON values; a document it accepts must also
   load as a ``RunCheckpoint`` and write back the same JSON (same bytes);
@@ -48,6 +49,7 @@ from typing import Any
 import orjson
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from support.shared_fixtures import shared_fixtures_folder
 
 from agent_checkpoint._codec import Codec
 from agent_checkpoint._container import MAGIC, Keyring, Sealer
@@ -128,7 +130,13 @@ def _turn_records() -> list[Json]:
 TRANSCRIPT_SEEDS: dict[str, list[Json]] = {
     "claude-code": [
         r
-        for p in sorted((FIXTURES / "claude-code").glob("*.jsonl"))
+        for p in sorted(
+            [
+                *(FIXTURES / "claude-code").glob("*.jsonl"),
+                *(shared_fixtures_folder() / "claude-code").glob("*.jsonl"),
+            ],
+            key=lambda p: p.name,
+        )
         + sorted((FIXTURES / "transcripts").glob("claude_code_*.jsonl"))
         for r in _records(p)
     ],

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.shared_fixtures import PREFIX, shared_fixture
 
 from agent_checkpoint._cli import main
 from agent_checkpoint.transcripts import Turn, open_transcript, plan_integrity
@@ -23,8 +24,16 @@ class Ran:
 
 @pytest.fixture
 def fixture_path() -> Callable[[str], Path]:
-    """``fixture_path("transcripts/openai_chat_tools.json")``."""
-    return lambda name: FIXTURES / name
+    """``fixture_path("transcripts/openai_chat_tools.json")`` is one of ours, in tests/fixtures;
+    ``fixture_path("shared/claude-code/edge_cases.jsonl")`` a third-party transcript, read from
+    the shared fixtures folder (``support.shared_fixtures``: a skip where it is absent)."""
+
+    def fixture_path(name: str) -> Path:
+        if name.startswith(PREFIX):
+            return shared_fixture(name.removeprefix(PREFIX))
+        return FIXTURES / name
+
+    return fixture_path
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ def shape(turns: list[Turn]) -> list[tuple[str, tuple[str, ...], tuple[str, ...]
 def test_representative_session_reads_every_turn_in_order(
     saved: Saved, fixture_path: Fixture
 ) -> None:
-    turns = saved(fixture_path("claude-code/representative_messages.jsonl"))
+    turns = saved(fixture_path("shared/claude-code/representative_messages.jsonl"))
     assert shape(turns) == [
         ("user", (), ()),
         ("assistant", (), ()),
@@ -69,7 +69,7 @@ def test_representative_session_reads_every_turn_in_order(
 
 
 def test_a_linked_log_follows_parent_uuids(saved: Saved, fixture_path: Fixture) -> None:
-    turns = saved(fixture_path("claude-code/todowrite_examples.jsonl"))
+    turns = saved(fixture_path("shared/claude-code/todowrite_examples.jsonl"))
     assert shape(turns) == [
         ("user", (), ()),
         ("assistant", (), ()),
@@ -90,7 +90,7 @@ def test_a_linked_log_follows_parent_uuids(saved: Saved, fixture_path: Fixture) 
 
 
 def test_session_b_has_its_three_turns(saved: Saved, fixture_path: Fixture) -> None:
-    turns = saved(fixture_path("claude-code/session_b.jsonl"))
+    turns = saved(fixture_path("shared/claude-code/session_b.jsonl"))
     assert [t.role for t in turns] == ["user", "assistant", "user"]
     assert text(turns[0]).startswith("This is from a different session file")
 
@@ -98,7 +98,7 @@ def test_session_b_has_its_three_turns(saved: Saved, fixture_path: Fixture) -> N
 def test_edge_cases_keep_the_conversation_and_drop_only_the_unanswered_calls(
     saved: Saved, fixture_path: Fixture
 ) -> None:
-    path = fixture_path("claude-code/edge_cases.jsonl")
+    path = fixture_path("shared/claude-code/edge_cases.jsonl")
     turns = saved(path)
     assert shape(turns) == [
         ("user", (), ()),
@@ -238,7 +238,7 @@ def test_api_error_stand_ins_are_left_out_but_the_chain_goes_through_them(tmp_pa
 def test_a_line_that_is_not_json_mid_log_loses_nothing_above_it(
     saved: Saved, fixture_path: Fixture, tmp_path: Path
 ) -> None:
-    original = fixture_path("corpus/claude-code/spotter-tool_heavy.jsonl")
+    original = fixture_path("shared/corpus/claude-code/spotter-tool_heavy.jsonl")
     lines = original.read_text(encoding="utf-8").splitlines(keepends=True)
     assert json.loads(lines[23])["type"] == "system"  # line 24: the parent of line 26
     lines[23] = "{ BROKEN" + lines[23][1:]

@@ -224,14 +224,14 @@ def test_a_sub_agents_own_log_saved_into_a_store_keeps_the_main_conversation(
     store = str(tmp_path / "store")
     main = run(
         "save",
-        str(fixture_path("corpus/claude-code/spotter-8463c716-first-854-lines.jsonl")),
+        str(fixture_path("shared/corpus/claude-code/spotter-8463c716-first-854-lines.jsonl")),
         "--store",
         store,
         "--json",
     )
     sub = run(
         "save",
-        str(fixture_path("corpus/claude-code/spotter-8463c716-agent-a7be2f0.jsonl")),
+        str(fixture_path("shared/corpus/claude-code/spotter-8463c716-agent-a7be2f0.jsonl")),
         "--store",
         store,
         "--json",

@@ -238,10 +238,10 @@ def test_a_turn_file_written_by_the_seed_still_converts(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "roles"),
     [
-        ("claude-code/representative_messages.jsonl", "u a u a t a u a t a u"),
-        ("claude-code/todowrite_examples.jsonl", "u a a t a a t u a a t"),
-        ("claude-code/session_b.jsonl", "u a u"),
-        ("claude-code/edge_cases.jsonl", "u a u a t u u u a u u"),
+        ("shared/claude-code/representative_messages.jsonl", "u a u a t a u a t a u"),
+        ("shared/claude-code/todowrite_examples.jsonl", "u a a t a a t u a a t"),
+        ("shared/claude-code/session_b.jsonl", "u a u"),
+        ("shared/claude-code/edge_cases.jsonl", "u a u a t u u u a u u"),
         ("transcripts/claude_code_branches.jsonl", "u a t t a u a t a"),
         ("transcripts/claude_code_compacted.jsonl", "u u a t t a u"),
         ("transcripts/openai_chat_tools.json", "u a t t a u a t a u"),

@@ -1,5 +1,6 @@
-"""Real transcripts (tests/fixtures/corpus, see SOURCES.md) save and resume without losing a
-message or a tool call of the active conversation.
+"""Real transcripts (``corpus/`` of the shared fixtures folder, see its SOURCES.md; read where
+they live, see ``support.shared_fixtures``) save and resume without losing a message or a tool
+call of the active conversation.
 
 For each file, a simple reading of the file itself (written here, sharing no code with the
 readers) counts what the active conversation holds: inputs (user, system and developer
@@ -17,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.shared_fixtures import shared_names
 
 from agent_checkpoint.transcripts import open_transcript, plan_integrity, turns_to_checkpoint
 
-CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
-FILES = sorted(p for p in CORPUS.rglob("*") if p.suffix in (".jsonl", ".json"))
+FILES = shared_names("corpus", (".jsonl", ".json"))
 ADAPTER = (sys.executable, "-m", "agent_checkpoint.adapters.openai_minimal")
 NOISE = ("<local-command-caveat>", "<local-command-stdout>", "<local-command-stderr>")
 Counts = dict[str, int]
@@ -148,10 +149,11 @@ def counted(messages: list[dict[str, Any]]) -> Counts:
     }
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("name", FILES, ids=lambda n: n.removeprefix("shared/corpus/"))
 def test_a_real_transcript_saves_and_resumes_whole(
-    path: Path, run: Callable[..., Any], tmp_path: Path
+    name: str, fixture_path: Callable[[str], Path], run: Callable[..., Any], tmp_path: Path
 ) -> None:
+    path = fixture_path(name)
     want = expected(path)
     assert want["inputs"] and want["replies"], "the oracle found no conversation"
     transcript = open_transcript(path)

@@ -22,10 +22,10 @@ from agent_checkpoint.transcripts._jsonio import BOM, MAX_RECORD_BYTES
 @pytest.mark.parametrize(
     ("name", "fmt", "container"),
     [
-        ("claude-code/representative_messages.jsonl", "claude-code", "jsonl"),
-        ("claude-code/edge_cases.jsonl", "claude-code", "jsonl"),
-        ("claude-code/session_b.jsonl", "claude-code", "jsonl"),
-        ("claude-code/todowrite_examples.jsonl", "claude-code", "jsonl"),
+        ("shared/claude-code/representative_messages.jsonl", "claude-code", "jsonl"),
+        ("shared/claude-code/edge_cases.jsonl", "claude-code", "jsonl"),
+        ("shared/claude-code/session_b.jsonl", "claude-code", "jsonl"),
+        ("shared/claude-code/todowrite_examples.jsonl", "claude-code", "jsonl"),
         ("transcripts/claude_code_branches.jsonl", "claude-code", "jsonl"),
         ("transcripts/claude_code_compacted.jsonl", "claude-code", "jsonl"),
         ("transcripts/openai_chat_tools.json", "openai-chat", "array"),
