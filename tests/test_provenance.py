@@ -14,10 +14,119 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from support.services import IN_CI
 from support.shared_fixtures import FOLDER_VARIABLE, ROOT, require_shared_fixtures
 
+OURS = "The agent-checkpoint authors"
+"""The copyright holder our LICENSE names; a copyright line naming anyone else is foreign."""
+OWN_LICENSE = "LICENSE"
+"""The one tracked file allowed to carry licence text."""
+OWN_SPDX = "MIT"
+
+# Each pattern is written so that this file's own source does not match it.
+YEARS = r"\d{4}(?:[ \t]*[-,][ \t]*\d{4})*"
+COPYRIGHT = re.compile(
+    rf"(?im)\bcopyright\b[ \t]*(?:(?:\(c\)|©)[ \t]*(?:{YEARS})?|{YEARS})[ \t,]+(.+)$"
+)
+FOREIGN = {
+    "a licence grant": re.compile(r"(?i)\blicen[cs]ed\s+under\s+the\b"),
+    "a licence text": re.compile(
+        r"(?i)permission\s+is\s+hereby\s+granted"
+        r"|apache\s+license,?\s+version\s+2"
+        r"|gnu\s+(?:lesser\s+|affero\s+)?general\s+public\s+license"
+        r"|redistribution\s+and\s+use\s+in\s+source\s+and\s+binary\s+forms"
+        r"|all\s+rights\s+reserved"
+    ),
+    "a statement of origin": re.compile(
+        r"(?i)\bported\s+from\b"
+        r"|\b(?:adapted|copied|taken|derived)\s+from\s+(?:https?://|[A-Za-z0-9][\w.-]*/[\w.-])"
+    ),
+}
+SPDX = re.compile(r"(?im)\bSPDX-(License-Identifier|FileCopyrightText)\s*:\s*(.+)$")
 SHARED_LINE = 80
 """A line at least this long (bytes, stripped) found in a shared fixture marks a derived copy."""
+
+
+def tracked_files() -> list[Path]:
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        reason = f"the tracked files cannot be listed (not a git checkout?): {exc}"
+        if IN_CI:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return [ROOT / name for name in listed.decode().split("\0") if name]
+
+
+def foreign_marks(text: str) -> list[str]:
+    """What in ``text`` looks like another project's copyright, licence or origin note."""
+    found = []
+    for match in COPYRIGHT.finditer(text):
+        if OURS.lower() not in match.group(1).lower():
+            found.append(f"a copyright line: {match.group(0).strip()!r}")
+    for kind, pattern in FOREIGN.items():
+        found += [f"{kind}: {m.group(0)!r}" for m in pattern.finditer(text)]
+    for match in SPDX.finditer(text):
+        field, value = match.group(1), match.group(2).strip()
+        if (field == "License-Identifier" and value != OWN_SPDX) or (
+            field == "FileCopyrightText" and OURS.lower() not in value.lower()
+        ):
+            found.append(f"an SPDX line: {match.group(0).strip()!r}")
+    return found
+
+
+def test_no_tracked_file_carries_another_projects_copyright_or_licence() -> None:
+    flagged = {}
+    for path in tracked_files():
+        if path.relative_to(ROOT).as_posix() == OWN_LICENSE or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if b"\0" in data:
+            continue  # binary
+        marks = foreign_marks(data.decode("utf-8", errors="replace"))
+        if marks:
+            flagged[path.relative_to(ROOT).as_posix()] = marks
+    assert not flagged, "\n".join(f"{name}: {'; '.join(m)}" for name, m in flagged.items())
+
+
+# The examples are split into words, so that this file does not carry what it looks for.
+@pytest.mark.parametrize(
+    "words",
+    [
+        ("# Copyright", "2025 Example LLC"),
+        ("Copyright", "(c) 2019-2024, Someone Else"),
+        ("# Copyright", "(c) Someone Else"),
+        ("// Copyright", "© The Other Authors"),
+        ("# Licensed", "under the Apache License, Version 2.0 (the 'License');"),
+        ("# SPDX-License-Identifier:", "BSD-3-Clause"),
+        ("# SPDX-FileCopyrightText:", "2024 Another Project"),
+        ('"""Ported', 'from example/project, tests/test_x.py."""'),
+        ("# adapted", "from https://example.org/code.py"),
+        ("# copied", "from owner/repo at 1234abcd"),
+        ("# derived", "from src/pkg/module.py of a library"),
+        ("Permission", "is hereby granted, free of charge, to any person"),
+    ],
+)
+def test_the_check_sees_each_kind_of_foreign_header(words: tuple[str, ...]) -> None:
+    assert foreign_marks(" ".join(words) + "\n")
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ("Copyright", "(c) 2026", OURS),
+        ("# SPDX-License-Identifier:", OWN_SPDX),
+        ("the key is taken", "from ``waiting`` in call order"),
+        ("vectors copied", "from ../shared/vectors, unchanged"),
+        ("a value copied", "from here"),
+        ("the copyright", "notice of the licence"),
+    ],
+)
+def test_the_check_passes_our_own_text(words: tuple[str, ...]) -> None:
+    assert foreign_marks(" ".join(words) + "\n") == []
 
 
 def fixture_files() -> list[Path]:
