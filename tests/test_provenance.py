@@ -2,7 +2,7 @@
 
 Behaviours and facts learned from other projects carry over; their code, prose and licence
 headers do not, and their real transcripts are read where they live (the shared fixtures
-folder, ``support.shared_fixtures``), never copied into ``tests/fixtures``.
+folder, ``support.shared_fixtures``), never copied into ``tests/fixtures`` or anywhere else.
 """
 
 from __future__ import annotations
@@ -48,17 +48,24 @@ SHARED_LINE = 80
 """A line at least this long (bytes, stripped) found in a shared fixture marks a derived copy."""
 
 
-def tracked_files() -> list[Path]:
+def git_files() -> list[Path] | str:
+    """The files git tracks in this checkout, or why they cannot be listed."""
     try:
         listed = subprocess.run(
             ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
         ).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
-        reason = f"the tracked files cannot be listed (not a git checkout?): {exc}"
-        if IN_CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
+        return f"the tracked files cannot be listed (not a git checkout?): {exc}"
     return [ROOT / name for name in listed.decode().split("\0") if name]
+
+
+def tracked_files() -> list[Path]:
+    found = git_files()
+    if isinstance(found, str):
+        if IN_CI:
+            pytest.fail(found)
+        pytest.skip(found)
+    return found
 
 
 def foreign_marks(text: str) -> list[str]:
@@ -129,24 +136,29 @@ def test_the_check_passes_our_own_text(words: tuple[str, ...]) -> None:
     assert foreign_marks(" ".join(words) + "\n") == []
 
 
-def fixture_files() -> list[Path]:
-    return sorted(p for p in (ROOT / "tests" / "fixtures").rglob("*") if p.is_file())
+def our_files() -> list[Path]:
+    """Every file under tests/fixtures (tracked or not yet) and every tracked file."""
+    found = {p for p in (ROOT / "tests" / "fixtures").rglob("*") if p.is_file()}
+    tracked = git_files()
+    if not isinstance(tracked, str):
+        found.update(p for p in tracked if p.is_file())
+    return sorted(found)
 
 
-def test_tests_fixtures_hold_no_copy_of_a_shared_fixture() -> None:
+def test_no_file_of_ours_is_a_copy_of_a_shared_fixture() -> None:
     shared = require_shared_fixtures()
     digests = {
         hashlib.sha256(p.read_bytes()).hexdigest(): p for p in shared.rglob("*") if p.is_file()
     }
     copies = [
         f"{p.relative_to(ROOT)} = {digests[d]}"
-        for p in fixture_files()
+        for p in our_files()
         if (d := hashlib.sha256(p.read_bytes()).hexdigest()) in digests
     ]
     assert not copies, "read these from the shared fixtures folder instead:\n" + "\n".join(copies)
 
 
-def test_tests_fixtures_hold_no_line_of_a_shared_fixture() -> None:
+def test_no_file_of_ours_holds_a_line_of_a_shared_fixture() -> None:
     shared = require_shared_fixtures()
     lines = {
         line.strip(): p
@@ -157,7 +169,7 @@ def test_tests_fixtures_hold_no_line_of_a_shared_fixture() -> None:
     }
     found = [
         f"{p.relative_to(ROOT)} holds a line of {lines[line.strip()]}"
-        for p in fixture_files()
+        for p in our_files()
         for line in p.read_bytes().splitlines()
         if line.strip() in lines
     ]
@@ -185,7 +197,7 @@ def outcomes(args: list[str], **env: str) -> tuple[dict[str, str], str]:
 SHARED_READERS = [
     "tests/transcripts/test_corpus.py",
     "tests/transcripts/test_detect.py::test_each_fixture_is_detected_by_its_content",
-    "tests/test_provenance.py::test_tests_fixtures_hold_no_copy_of_a_shared_fixture",
+    "tests/test_provenance.py::test_no_file_of_ours_is_a_copy_of_a_shared_fixture",
 ]
 DETECTED = "tests/transcripts/test_detect.py::test_each_fixture_is_detected_by_its_content"
 NEED_SHARED = {
@@ -195,7 +207,7 @@ NEED_SHARED = {
         f"{DETECTED}[shared/claude-code/{name}.jsonl-claude-code-jsonl]"
         for name in ("representative_messages", "edge_cases", "session_b", "todowrite_examples")
     ),
-    "tests/test_provenance.py::test_tests_fixtures_hold_no_copy_of_a_shared_fixture",
+    "tests/test_provenance.py::test_no_file_of_ours_is_a_copy_of_a_shared_fixture",
 }
 
 
