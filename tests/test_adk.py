@@ -2,8 +2,8 @@
 real server: ADK's own ``Runner`` (a scripted model, no network) continuing a conversation in
 another process, stale writers refused with ADK's error, concurrent writers that lose no
 event, the newest events read without the rest, sessions listed a page at a time, and bad
-input refused by name. ADK's own session-service contract tests run in
-tests/test_adk_contract.py."""
+input refused by name. The session-service contract ADK promises is pinned, in our own
+tests, in tests/test_adk_contract.py."""
 
 from __future__ import annotations
 
