@@ -189,3 +189,39 @@ def test_the_readme_names_every_runtime_dependency_and_the_license() -> None:
         assert f"`{name}`" in readme, name
     assert project["license"] == "MIT"
     assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License")
+
+
+FRAMEWORKS = {
+    "langgraph": "langgraph",
+    "langchain_core": "langchain-core",
+    "agents": "openai-agents",
+    "google": "google-adk",
+}
+"""Top-level modules of the frameworks the integration examples import, and their packages."""
+
+
+def test_each_integration_example_says_what_to_install_for_it() -> None:
+    """Above each example that imports a framework, a pip line of its document brings it: through
+    the extra it names, or by naming the package ('.[langgraph]' alone brought no langgraph)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"
+    ]
+    pip_line = re.compile(r"pip install '(?:localab-checkpoint|\.)\[([\w,-]+)\]'([^`\n]*)")
+    checked = 0
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for block in (b for b in blocks(doc) if b.lang == "python"):
+            imported = set(re.findall(r"^(?:from|import) (\w+)", block.text, re.M))
+            needed = {FRAMEWORKS[m] for m in imported if m in FRAMEWORKS}
+            if not needed:
+                continue
+            above = "\n".join(text.splitlines()[: block.line])
+            brought: set[str] = set()
+            for names, more in pip_line.findall(above):
+                for extra in names.split(","):
+                    brought |= {re.split(r"[<>=\[ ;]", d)[0] for d in extras.get(extra, [])}
+                brought |= set(more.split())
+            assert needed <= brought, f"{doc.name}:{block.line}: install {needed - brought}"
+            checked += 1
+    assert checked >= 3  # README's LangGraph example, docs/openai-agents.md's, docs/adk.md's
