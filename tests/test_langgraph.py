@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 import redis
@@ -25,6 +25,7 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.types import StateUpdate
 from support.langgraph_agent import EXPECTED, QUESTION, build, summary
 from support.processes import run_module
 from support.store_urls import url_for_processes
@@ -891,4 +892,96 @@ def test_a_message_field_the_serializer_cannot_give_back_is_refused_before_it_is
     stored = list(AgentCheckpointSaver(store).list(graph))
     assert [t.metadata["step"] for t in stored] == [-1]  # the graph's input, before the step
     assert "messages" not in stored[0].checkpoint["channel_values"]
+    store.close()
+
+
+# -- branches and races at a thread's start ---------------------------------------------------
+
+
+def named_graph(saver: AgentCheckpointSaver) -> Any:
+    """``start -> one -> two``, each node appending its name to ``name``."""
+
+    class Named(TypedDict):
+        name: Annotated[str, lambda a, b: f"{a} > {b}" if a else b]
+
+    graph = StateGraph(Named)
+    graph.add_node("one", lambda state: {"name": "one"})
+    graph.add_node("two", lambda state: {"name": "two"})
+    graph.add_edge(START, "one")
+    graph.add_edge("one", "two")
+    return graph.compile(checkpointer=saver)
+
+
+def test_a_copy_of_an_older_checkpoint_branches_the_thread(url: str) -> None:
+    """``update_state(older config, ..., as_node="__copy__")`` puts a copy beside the older
+    checkpoint (its parent is the older one's parent, not the thread's latest): with one
+    writer that is a branch, as LangGraph's own savers make it, not a conflict. The graph
+    runs on from the copy; the first branch stays in the history."""
+    store = open_store(url)
+    graph = named_graph(AgentCheckpointSaver(store))
+    config = {"configurable": {"thread_id": "forked"}}
+    graph.invoke({"name": "start"}, config)
+    history = list(graph.get_state_history(config))
+    before_one = next(s for s in history if s.values == {"name": "start"})
+    copied = graph.update_state(
+        before_one.config,
+        [StateUpdate(values={"name": "one*"}, as_node="one")],  # node one's result, replaced
+        as_node="__copy__",
+    )
+    graph.invoke(None, copied)
+    assert graph.get_state(config).values == {"name": "start > one* > two"}
+    again = AgentCheckpointSaver(store)  # read back, nothing cached
+    finals = {t.checkpoint["channel_values"].get("name") for t in again.list(config)}
+    assert {"start > one > two", "start > one* > two"} <= finals
+    store.close()
+
+
+class FirstPutWaits(AgentCheckpointSaver):
+    """A saver whose first put runs ``meanwhile()`` first: the delay between a run's read of
+    its thread and its first checkpoint, made certain."""
+
+    meanwhile: Any = None
+
+    def put(self, *args: Any) -> Any:
+        meanwhile, self.meanwhile = self.meanwhile, None
+        if meanwhile is not None:
+            meanwhile()
+        return super().put(*args)
+
+
+@pytest.mark.parametrize("savers", ["two savers", "one saver"])
+def test_a_run_that_read_an_empty_thread_conflicts_once_another_run_started_it(
+    url: str, savers: str
+) -> None:
+    """Run B reads the empty thread; run A starts it; B's first checkpoint is refused with
+    ConflictError: the thread keeps A's messages in one lineage, and B's are nowhere."""
+    store = open_store(url)
+    late = FirstPutWaits(store)
+    first = late if savers == "one saver" else AgentCheckpointSaver(store)
+    config = {"configurable": {"thread_id": "new"}}
+
+    def run_a_starts_the_thread() -> None:
+        chat_graph(first).invoke({"messages": [HumanMessage("from a", id="a")]}, config)
+
+    late.meanwhile = run_a_starts_the_thread
+    with pytest.raises(ConflictError, match="found the thread empty"):
+        chat_graph(late).invoke({"messages": [HumanMessage("from b", id="b")]}, config)
+    reader = AgentCheckpointSaver(store)
+    latest = reader.get_tuple(config)
+    assert latest is not None
+    assert [m.id for m in latest.checkpoint["channel_values"]["messages"]] == ["a", "ai-a"]
+    lineages = [s.key for s in store.iter_summaries(agent_id="langgraph:new") if "/m/" in s.key]
+    assert lineages == ["langgraph/new/-/m/0"]
+    every = {
+        m.id
+        for t in reader.list(config)
+        for m in t.checkpoint["channel_values"].get("messages", [])
+    }
+    assert every == {"a", "ai-a"}
+    # having read the thread again, B continues it
+    chat_graph(late).invoke({"messages": [HumanMessage("b again", id="b2")]}, config)
+    final = reader.get_tuple(config)
+    assert final is not None
+    ids = [m.id for m in final.checkpoint["channel_values"]["messages"]]
+    assert ids == ["a", "ai-a", "b2", "ai-b2"]
     store.close()

@@ -29,7 +29,11 @@ What it stores, under keys ``langgraph/<thread>/<namespace>/...``:
   saved when its newest checkpoint is: a thread's checkpoints list newest first from the
   store's index, and all threads' from its owner index. Every put writes it conditionally
   on the revision this saver last read or wrote, so a second writer that read the thread
-  before another wrote it gets ``ConflictError`` rather than silently forking it.
+  before another wrote it gets ``ConflictError`` rather than silently forking it; a run that
+  read the thread empty gets it too once another run has started the thread. A put from an
+  older checkpoint branches where the graph asked for that: the checkpoint read by id (time
+  travel, ``update_state`` from its config) or copied (metadata ``source`` ``"fork"``,
+  ``as_node="__copy__"``).
 - ``c/<inverted checkpoint id>/w/<task>``: the pending writes of one task, saved at their
   checkpoint's time.
 
@@ -155,6 +159,7 @@ class Thread:
 
 
 _ASKED = 4096  # checkpoints read by id (time travel) a saver remembers
+_EMPTY_READS = 16384  # threads a saver remembers reading empty (a run's first put checks it)
 
 
 # -- the saver ----------------------------------------------------------------------------
@@ -216,6 +221,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         self._opening = threading.RLock()
         self._lineages: OrderedDict[Key, Lineage] = OrderedDict()
         self._asked: OrderedDict[tuple[Key, str], None] = OrderedDict()
+        self._empty: OrderedDict[Key, None] = OrderedDict()
         self._capacity = cache_threads
 
     # -- stores ---------------------------------------------------------------------------
@@ -495,6 +501,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             messages,
             entry,
             step if isinstance(step, int) else 0,
+            forking=metadata.get("source") == "fork",
         )
         return _config(thread, checkpoint_id)
 
@@ -507,25 +514,37 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         messages: builtins.list[BaseMessage] | None,
         entry: dict[str, Any],
         step: int,
+        *,
+        forking: bool = False,
     ) -> None:
         """Append the messages and the checkpoint's entry to the thread's lineage (or a new
         lineage when the messages do not extend it), conditional on the revision this saver
-        last saw: one write."""
+        last saw: one write. A step that continues the thread's latest checkpoint as this
+        saver gave it out (a run's own last put, or the thread read empty) is refused where
+        another writer has moved the thread on since; a branch from an older checkpoint is
+        made where the graph asked for it: the checkpoint read by id (time travel,
+        ``update_state`` from its config) or copied (``as_node="__copy__"``)."""
         seen = self._lineage(store, thread, parent)
-        if (
-            parent is not None
-            and seen.latest not in (None, parent)
-            and not self._was_asked(thread, parent)
-        ):
-            # A step from a checkpoint that is no longer the latest, which the graph did not
-            # ask for by id (time travel): another run wrote the thread since this one read it.
-            self._forget(thread)
-            raise _conflict(
-                thread,
-                f"this step continues checkpoint {parent!r}, but the thread's latest is now "
-                f"{seen.latest!r} (to branch from an older checkpoint on purpose, name it: "
-                "pass its checkpoint_id in the config).",
-            )
+        if not forking and seen.latest is not None and seen.latest != parent:
+            if parent is None and self._read_empty(thread):
+                # The run read the thread empty, and another run wrote it since: this put
+                # would start a second lineage beside the other run's.
+                self._forget(thread)
+                raise _conflict(
+                    thread,
+                    f"this run found the thread empty, but it now holds checkpoint "
+                    f"{seen.latest!r}.",
+                )
+            if parent is not None and not self._was_asked(thread, parent):
+                # A step from a checkpoint that is no longer the latest, which the graph did
+                # not ask for by id: another run wrote the thread since this one read it.
+                self._forget(thread)
+                raise _conflict(
+                    thread,
+                    f"this step continues checkpoint {parent!r}, but the thread's latest is "
+                    f"now {seen.latest!r} (to branch from an older checkpoint on purpose, "
+                    "name it: pass its checkpoint_id in the config).",
+                )
         known = seen.langchain
         count: int | None
         if messages is None:
@@ -719,6 +738,20 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         with self._lock:
             return (thread, checkpoint_id) in self._asked
 
+    def _saw_empty(self, thread: Key) -> None:
+        """Remember that the thread was read with no checkpoint: a put with no parent is then
+        a run starting it, refused once another run has. Not forgotten at a later read: two
+        runs through this saver may both have read it empty."""
+        with self._lock:
+            self._empty[thread] = None
+            self._empty.move_to_end(thread)
+            while len(self._empty) > _EMPTY_READS:
+                self._empty.popitem(last=False)
+
+    def _read_empty(self, thread: Key) -> bool:
+        with self._lock:
+            return thread in self._empty
+
     def _forget(self, thread: Key) -> None:
         with self._lock:
             self._lineages.pop(thread, None)
@@ -820,7 +853,10 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             wanted: RunnableConfig = {
                 "configurable": {"thread_id": thread.thread, "checkpoint_ns": thread.ns}
             }
-            return next(self._list(store, wanted, None, None, 1), None)
+            latest = next(self._list(store, wanted, None, None, 1), None)
+            if latest is None:
+                self._saw_empty(thread)
+            return latest
         self._ask(thread, checkpoint_id)  # a step from it may branch the thread
         found = self._find(store, thread, checkpoint_id)
         if found is None:
