@@ -24,6 +24,7 @@ from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.types import StateUpdate
 from support.langgraph_agent import EXPECTED, QUESTION, build, summary
@@ -35,7 +36,6 @@ from agent_checkpoint import (
     ClaimedError,
     ConflictError,
     InvalidArgumentError,
-    InvalidCheckpointError,
     OwnershipConflictError,
     RunCheckpoint,
     open_store,
@@ -869,29 +869,49 @@ def test_a_message_field_json_lacks_reads_back_typed_in_another_saver(url: str) 
     store.close()
 
 
-def test_a_message_field_the_serializer_cannot_give_back_is_refused_before_it_is_stored(
-    url: str,
-) -> None:
-    """A tuple reads back as a list through JSON and LangGraph's serializer alike: it was
-    stored, and read back a tuple or a list depending on the saver. The put of a checkpoint
-    holding it is refused, naming the field, and stores nothing."""
+def test_a_tuple_in_a_message_reads_back_as_the_list_langgraphs_savers_give(url: str) -> None:
+    """LangGraph's serializer stores a tuple as a list and its savers give a list back: a
+    tuple anywhere in a message (its additional_kwargs, a tool's artifact, provider metadata)
+    does not stop the run, and the saver that wrote it and a fresh one both read back what
+    InMemorySaver does. The next step appends to the same history."""
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    written = [
+        HumanMessage("hi", id="h1"),
+        AIMessage(
+            "hello",
+            id="a1",
+            additional_kwargs={"span": (3, 9), "at": [(when, 1)]},
+            response_metadata={"logprobs": ((0.5, -2.25),), "model": "fake"},
+        ),
+        ToolMessage("found", tool_call_id="c1", id="t1", artifact=("doc", {"pages": (1, 2)})),
+    ]
+    config = {"configurable": {"thread_id": "tuples"}}
+    theirs = InMemorySaver()
+    noop_graph(theirs).invoke({"messages": written}, config)
+    official = theirs.get_tuple(config)
+    assert official is not None
+    expected = official.checkpoint["channel_values"]["messages"]
+    assert expected[1].additional_kwargs["span"] == [3, 9]  # what a list-for-tuple rule means
     store = open_store(url)
     saver = AgentCheckpointSaver(store)
-    message = AIMessage("hello", id="a1", additional_kwargs={"span": (3, 9)})
-    refused = r"message 'a1'.*additional_kwargs\.span is a tuple"
-    checkpoint = empty_checkpoint()
-    checkpoint["channel_values"] = {"messages": [HumanMessage("hi", id="h1"), message]}
-    config: Any = {"configurable": {"thread_id": "put", "checkpoint_ns": ""}}
-    with pytest.raises(InvalidCheckpointError, match=refused):
-        saver.put(config, checkpoint, {"step": 0}, {})
-    assert list(store.iter_summaries()) == []
-    # in a graph, the step that adds it to the messages channel is refused
-    graph = {"configurable": {"thread_id": "graph"}}
-    with pytest.raises(InvalidCheckpointError, match=refused):
-        noop_graph(saver).invoke({"messages": [message]}, graph)
-    stored = list(AgentCheckpointSaver(store).list(graph))
-    assert [t.metadata["step"] for t in stored] == [-1]  # the graph's input, before the step
-    assert "messages" not in stored[0].checkpoint["channel_values"]
+    noop_graph(saver).invoke({"messages": written}, config)
+    for reader in (saver, AgentCheckpointSaver(store)):
+        latest = reader.get_tuple(config)
+        assert latest is not None
+        messages = latest.checkpoint["channel_values"]["messages"]
+        assert messages == expected
+        assert (
+            type(messages[2].artifact) is list
+            and type(messages[1].additional_kwargs["span"]) is list
+        )
+        assert messages[1].additional_kwargs["at"][0][0] == when
+    chat_graph(saver).invoke({"messages": [HumanMessage("more", id="h2")]}, config)
+    lineages = [s for s in store.iter_summaries(agent_id="langgraph:tuples") if "/m/" in s.key]
+    assert len(lineages) == 1  # the next step extended the history, no new lineage
+    latest = AgentCheckpointSaver(store).get_tuple(config)
+    assert latest is not None
+    ids = [m.id for m in latest.checkpoint["channel_values"]["messages"]]
+    assert ids == ["h1", "a1", "t1", "h2", "ai-h2"]
     store.close()
 
 

@@ -16,8 +16,8 @@ What it stores, under keys ``langgraph/<thread>/<namespace>/...``:
   (``add_messages``) and its checkpoints, in the order they were written, as the history of
   a run record: one message per LangChain message (role and text readable by any of our
   tools, the LangChain fields under ``lc``, those holding what JSON lacks, a datetime or a
-  UUID, through LangGraph's serializer under ``lct``; a value it would not give back exactly,
-  a tuple, is refused at the put), and after the messages a checkpoint saw, its
+  UUID, through LangGraph's serializer under ``lct``; a tuple as a list, as that serializer
+  stores it and LangGraph's savers give it back), and after the messages a checkpoint saw, its
   entry (role ``checkpoint``, no text: our tools count no message for it): its id, its
   versions and metadata, the other channels' values (LangGraph's serializer, no pickle
   fallback), its parent and message count only where they are not the entry and messages
@@ -118,7 +118,7 @@ from ._langgraph_lineage import (
     scan_entries,
     writes_at,
 )
-from ._langgraph_messages import is_messages, same, to_langchain, to_ours
+from ._langgraph_messages import is_messages, round_trip, same, to_langchain
 from ._langgraph_records import (
     ENTRY_ROLE,
     ROOT_NS,
@@ -550,9 +550,9 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
         if messages is None:
             langchain, ours, count = known, seen.ours, None
         elif len(messages) >= len(known) and same(messages[: len(known)], known):
-            added = messages[len(known) :]
-            langchain = (*known, *added)
-            ours = seen.ours + tuple(to_ours(m, self.serde) for m in added)
+            added = [round_trip(m, self.serde) for m in messages[len(known) :]]
+            langchain = (*known, *(back for _, back in added))
+            ours = seen.ours + tuple(message for message, _ in added)
             count = len(messages)
         elif same(messages, known[: len(messages)]):
             langchain, ours, count = known, seen.ours, len(messages)
@@ -593,12 +593,13 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
     ) -> None:
         """A history that does not extend the lineage: a new lineage for it, after checking
         (and moving on) the old one's revision, so that a writer still on it conflicts."""
-        langchain = tuple(messages)
+        pairs = [round_trip(m, self.serde) for m in messages]
+        langchain = tuple(back for _, back in pairs)
         key = thread.lineage(checkpoint_id)
-        message, stored = entry_message(
+        message, saved = entry_message(
             thread, key, entry, parent, None, len(langchain), len(langchain)
         )
-        ours = (*(to_ours(m, self.serde) for m in messages), message)
+        ours = (*(ours for ours, _ in pairs), message)
         try:
             if seen.key is not None:
                 store.put(
@@ -616,7 +617,7 @@ class AgentCheckpointSaver(BaseCheckpointSaver[str]):
             self._forget(thread)
             raise _conflict(thread, str(exc)) from exc
         self._remember(
-            thread, Lineage(key, summary.revision, langchain, ours, checkpoint_id, (stored,))
+            thread, Lineage(key, summary.revision, langchain, ours, checkpoint_id, (saved,))
         )
 
     def _head(
