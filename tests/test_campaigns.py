@@ -33,7 +33,7 @@ from agent_checkpoint.errors import (
     WriteOutcomeUnknownError,
 )
 from agent_checkpoint.transcripts import open_transcript, turns_to_checkpoint
-from stress import crash, faults, fuzz, races
+from stress import crash, faults, fuzz, graph_races, races
 from stress.common import ServiceUnavailable, Tally, print_table
 
 pytestmark = [
@@ -95,6 +95,20 @@ def test_races_between_processes_have_exactly_one_winner(
     tally = campaign(races.run_backend, backend, rounds, tmp_path, server_for(backend, request))
     assert tally.trials == rounds and tally.acknowledged == rounds
     judge("races", tally, trial_word="rounds", extras=races.EXTRAS)
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_two_processes_starting_a_graph_on_one_empty_thread_leave_one_lineage(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Issue 40 item 10: of two runs that read the same empty thread, one starts it and the
+    other gets ConflictError; the thread has one lineage, the winner's."""
+    rounds = 6
+    run = graph_races.run_backend
+    tally = campaign(run, backend, rounds, tmp_path, server_for(backend, request))
+    assert tally.trials == rounds and tally.acknowledged == rounds
+    assert tally.errors == {"ConflictError": rounds}
+    judge("graph races", tally, trial_word="rounds", extras=graph_races.EXTRAS)
 
 
 def test_fuzz_readers_raise_only_documented_errors_without_hangs() -> None:
