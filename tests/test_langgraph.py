@@ -968,6 +968,12 @@ class FirstPutWaits(AgentCheckpointSaver):
             meanwhile()
         return super().put(*args)
 
+    async def aput(self, *args: Any) -> Any:
+        meanwhile, self.meanwhile = self.meanwhile, None
+        if meanwhile is not None:
+            await meanwhile()
+        return await super().aput(*args)
+
 
 @pytest.mark.parametrize("savers", ["two savers", "one saver"])
 def test_a_run_that_read_an_empty_thread_conflicts_once_another_run_started_it(
@@ -1004,4 +1010,28 @@ def test_a_run_that_read_an_empty_thread_conflicts_once_another_run_started_it(
     assert final is not None
     ids = [m.id for m in final.checkpoint["channel_values"]["messages"]]
     assert ids == ["a", "ai-a", "b2", "ai-b2"]
+    store.close()
+
+
+def test_an_async_run_that_read_an_empty_thread_conflicts_too(url: str) -> None:
+    """The same race through ``ainvoke`` (the async methods, as LangGraph's server runs them)."""
+    store = open_store(url)
+    late, first = FirstPutWaits(store), AgentCheckpointSaver(store)
+    config = {"configurable": {"thread_id": "new"}}
+
+    async def race() -> None:
+        async def run_a_starts_the_thread() -> None:
+            step = {"messages": [HumanMessage("from a", id="a")]}
+            await chat_graph(first).ainvoke(step, config)
+
+        late.meanwhile = run_a_starts_the_thread
+        with pytest.raises(ConflictError, match="found the thread empty"):
+            await chat_graph(late).ainvoke({"messages": [HumanMessage("from b", id="b")]}, config)
+        latest = await AgentCheckpointSaver(store).aget_tuple(config)
+        assert latest is not None
+        assert [m.id for m in latest.checkpoint["channel_values"]["messages"]] == ["a", "ai-a"]
+
+    asyncio.run(race())
+    lineages = [s.key for s in store.iter_summaries(agent_id="langgraph:new") if "/m/" in s.key]
+    assert lineages == ["langgraph/new/-/m/0"]
     store.close()
