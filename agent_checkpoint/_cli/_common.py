@@ -67,13 +67,15 @@ def store_url(args: argparse.Namespace) -> str:
 def same_store(a: str, b: str) -> bool:
     """Whether two store URLs or paths name one store: the same folder (however written), or
     the same URL but for a trailing slash."""
-    from ..backends import route
 
-    if route(a)[0] == route(b)[0] == "file":
+    def folder(url: str) -> str | None:
+        if url.startswith("file://"):
+            url = url.removeprefix("file://")
+        elif "://" in url:
+            return None
+        return os.path.realpath(url)
 
-        def folder(url: str) -> str:
-            return os.path.realpath(url.removeprefix("file://"))
-
+    if folder(a) is not None and folder(b) is not None:
         return folder(a) == folder(b)
     return a.rstrip("/") == b.rstrip("/")
 
