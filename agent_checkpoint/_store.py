@@ -440,20 +440,16 @@ class Store:
     def migrated(self, record: Record) -> dict[str, Json] | None:
         """The envelope ``record`` holds as JSON upgraded to ``migrations.current`` (what
         ``put`` takes to store it so), or ``None`` when it is not stored at an older version:
-        nothing to migrate. Raises as ``decode`` does for a record that cannot be read, and
-        ``InvalidCheckpointError`` for a version the chain has no path from."""
-        body = self._codec.sealer.open(record.body, record.key)
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            doc = None  # decode_json below reports it as unreadable
-        else:
-            data = doc.get("data") if isinstance(doc, dict) else None
-            if isinstance(data, dict) and doc.get("format") == PAUSED_RUN:
-                data = data.get("conversation")
-            if not self._codec.migrations.needs_upgrade(data):
-                return None
-        return self._codec.decode_json(record.body, record.key)
+        nothing to migrate. Raises as ``decode`` does for a record that cannot be read or
+        that the door refuses (one at the current version too: a record ``get`` refuses is
+        not "already migrated"), and ``InvalidCheckpointError`` for a version the chain has no
+        path from."""
+        upgraded = self._codec.decode_json(record.body, record.key)
+        doc = orjson.loads(self._codec.sealer.open(record.body, record.key))
+        data = doc.get("data")
+        if isinstance(data, dict) and doc.get("format") == PAUSED_RUN:
+            data = data.get("conversation")
+        return upgraded if self._codec.migrations.needs_upgrade(data) else None
 
     def resealed(self, record: Record) -> Record | None:
         """``record`` sealed as this store seals new records (encrypted under its keyring's

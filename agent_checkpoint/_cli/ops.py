@@ -21,6 +21,7 @@ from .. import (
     Migrations,
     ResumeSeed,
     RunCheckpoint,
+    Store,
     copy_records,
     migrate_records,
     rekey_records,
@@ -40,6 +41,7 @@ from ._common import (
     store_from,
     store_url,
 )
+from ._records import record_problem, stored_problem
 from ._table import Column, print_table
 from .store_commands import add_json_option
 
@@ -169,17 +171,40 @@ def _report_failures(failed: list[tuple[str, str]]) -> None:
         print(f"{key!r}: {why}", file=sys.stderr)
 
 
+def _problem_lines(
+    store: Store,
+    failed: list[tuple[str, str]],
+    *,
+    verbose: bool,
+    migrating: bool = False,
+    lead: str = "",
+) -> list[str]:
+    """A line for each record the command could not read (key, what is wrong, the remedy),
+    and with ``verbose`` the library's whole message under it. Each record is read again for
+    its error (a report keeps only its text): one that reads now has its reason said as is."""
+    lines = []
+    for key, why in failed:
+        exc = stored_problem(store, key, migrating=migrating)
+        if exc is None:
+            lines.append(f"{lead}{key}: {why}")
+            continue
+        lines.append(lead + record_problem(key, exc, current=store.migrations.current))
+        if verbose:
+            lines.append(f"{' ' * len(lead)}  {type(exc).__name__}: {' '.join(str(exc).split())}")
+    return lines
+
+
 def _failures_json(failed: list[tuple[str, str]]) -> list[dict[str, str]]:
     return [{"key": key, "error": why} for key, why in failed]
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     migrations = load_migrations(args.migrations)
-    with (
-        store_from(args, migrations=migrations) as store,
-        progress("migrating", count_records(store)) as tick,
-    ):
-        report = migrate_records(store, dry_run=args.dry_run, on_record=tick)
+    with store_from(args, migrations=migrations) as store:
+        with progress("migrating", count_records(store)) as tick:
+            report = migrate_records(store, dry_run=args.dry_run, on_record=tick)
+        failed = [] if args.json else report.failed
+        problems = _problem_lines(store, failed, verbose=args.verbose, migrating=True)
     version = store.migrations.current
     if args.json:
         print_json(
@@ -192,7 +217,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             }
         )
     else:
-        _report_failures(report.failed)
+        for line in problems:
+            print(line, file=sys.stderr)
         verb = "would upgrade" if args.dry_run else "upgraded"
         print(
             f"{verb} {report.upgraded} record(s); {report.current} already at version "
@@ -233,8 +259,11 @@ def cmd_rekey(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    with store_from(args) as store, progress("verifying", count_records(store)) as tick:
-        report = store.verify(repair=args.repair, on_record=tick)
+    with store_from(args) as store:
+        with progress("verifying", count_records(store)) as tick:
+            report = store.verify(repair=args.repair, on_record=tick)
+        bad = [] if args.json else [(k, report.reasons.get(k, "")) for k in report.unreadable]
+        problems = _problem_lines(store, bad, verbose=args.verbose, lead="  unreadable: ")
     if args.json:
         print_json(
             {
@@ -252,10 +281,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             f"checked {report.checked} record(s): {len(report.unreadable)} unreadable, "
             f"{len(report.stale)} stale index entries, {len(report.unlisted)} missing from the index"
         )
-        for key in report.unreadable:
-            print(f"  unreadable: {key}: {report.reasons.get(key, '')}")
-        if any(r.startswith("DecryptionError") for r in report.reasons.values()):
-            print("  (records encrypted under a key not given: set AGENT_CHECKPOINT_KEYS)")
+        for line in problems:
+            print(line)
         for key in report.stale:
             print(f"  stale index entry: {key}")
         for key in report.unlisted:

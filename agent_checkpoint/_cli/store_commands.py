@@ -24,6 +24,7 @@ from ._common import (
     read_input,
     store_from,
 )
+from ._records import RECORD_ERRORS, read_refusal
 from ._table import Column, print_table
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
@@ -192,9 +193,18 @@ def _nearest(store: Store, keys: list[str]) -> str:
     return f"; did you mean {', '.join(map(repr, close))}?" if close else ""
 
 
+def _unreadable(store: Store, key: str, exc: BaseException) -> CommandError:
+    """The one line for a stored record that cannot be read (``--verbose`` shows the
+    library's message: it is this error's cause)."""
+    return CommandError(read_refusal(key, exc, current=store.migrations.current), EXIT["invalid"])
+
+
 def cmd_get(args: argparse.Namespace) -> int:
     with store_from(args) as store:
-        doc = store.get_json(args.key)
+        try:
+            doc = store.get_json(args.key)
+        except RECORD_ERRORS as exc:
+            raise _unreadable(store, args.key, exc) from exc
         if doc is None:
             raise _missing(args.key, store)
     print_json(doc if args.envelope else doc["data"])
@@ -206,7 +216,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         record = store.get_record(args.key)
         if record is None:
             raise _missing(args.key, store)
-        envelope = store.decode(record)
+        try:
+            envelope = store.decode(record)
+        except RECORD_ERRORS as exc:
+            raise _unreadable(store, args.key, exc) from exc
     if args.json:
         print_json({"summary": summary_json(record.summary), "envelope": envelope.to_json()})
         return EXIT["ok"]
