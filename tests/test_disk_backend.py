@@ -9,7 +9,7 @@ import pytest
 from agent_checkpoint import Store, UnreadableEnvelopeError, open_store
 from agent_checkpoint.backends._base import Query, Summary
 from agent_checkpoint.backends._disk import DiskBackend, file_name
-from agent_checkpoint.errors import BackendError, InvalidKeyError
+from agent_checkpoint.errors import BackendError, ConflictError, InvalidKeyError
 from agent_checkpoint.testing import (
     AppendingConformance,
     ClaimsConformance,
@@ -167,10 +167,8 @@ def test_a_growing_history_rewrites_only_its_newest_part(tmp_path: Path) -> None
 
 
 def _live(folder: Path) -> list[Path]:
-    """The record files in ``folder`` that hold a record (a deleted key leaves a tombstone)."""
-    from agent_checkpoint.backends._disk_files import is_tombstone
-
-    return [p for p in folder.iterdir() if not is_tombstone(p.read_bytes())]
+    """The record files in ``folder`` (a deleted key leaves none)."""
+    return list(folder.iterdir())
 
 
 def _as_version_04(
@@ -369,9 +367,7 @@ def test_keys_beginning_with_a_dot_survive_an_index_rebuild(tmp_path: Path) -> N
         assert store.forget_older_than(2**62).forgotten == len(keys)
 
 
-def test_a_deleted_key_leaves_only_a_tombstone_that_no_listing_or_read_shows(
-    tmp_path: Path,
-) -> None:
+def test_a_deleted_key_leaves_no_file_and_no_listing_or_read_shows_it(tmp_path: Path) -> None:
     from agent_checkpoint._maintenance import verify_store
 
     with open_store(str(tmp_path)) as store:
@@ -379,11 +375,80 @@ def test_a_deleted_key_leaves_only_a_tombstone_that_no_listing_or_read_shows(
         store.delete("k")
         assert store.get("k") is None and store.head("k") is None and store.list().items == []
         assert verify_store(store).ok
+        assert list((tmp_path / "records").iterdir()) == []
         (tmp_path / "index.sqlite3").unlink()
     with open_store(str(tmp_path)) as store:
         assert store.list().items == []
         again = store.put(checkpoint("r2"), key="k")
         assert again.revision > first.revision
+
+
+def test_rm_and_prune_shrink_the_store_and_a_recreated_key_never_repeats_a_revision(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Deleting keys removes their files (the store shrinks: issue 48 found 2,000 files for
+    1,679 runs after deleting 321), and a key written again still continues past every
+    revision it had: the store keeps the highest revision of its deleted keys, not a
+    tombstone per key. Across processes and with the index rebuilt."""
+    from agent_checkpoint._cli import main
+
+    url = str(tmp_path / "store")
+    last: dict[str, int] = {}
+    with open_store(url) as store:
+        for i in range(30):
+            for text in ("a", "b", "c")[: 1 + i % 3]:
+                key = f"k{i}"
+                last[key] = store.put(
+                    stamped(checkpoint(key, text=text), 1000 + i), key=key
+                ).revision
+    assert main(["rm", "k0", "k1", "k2", "--store", url]) == 0
+    assert main(["prune", "--older-than", "1d", "--store", url]) == 0  # saved in 1970
+    capsys.readouterr()
+    assert list((tmp_path / "store" / "records").iterdir()) == []
+    (tmp_path / "store" / "index.sqlite3").unlink()
+    with open_store(url) as store:
+        assert store.list().items == []
+        for key, revision in last.items():
+            again = store.put(checkpoint(key), key=key)
+            assert again.revision > revision, key
+            with pytest.raises(ConflictError):
+                store.put(checkpoint(key), key=key, if_revision=revision)
+
+
+def test_verify_repair_folds_the_tombstones_earlier_versions_left(tmp_path: Path) -> None:
+    """A store written by an earlier version holds a tombstone file per deleted key: each
+    still keeps its key's revisions from repeating, and ``verify --repair`` removes them,
+    raising the store's floor past their revisions first."""
+    from agent_checkpoint._maintenance import verify_store
+    from agent_checkpoint.backends._disk_files import tombstone_line
+
+    with open_store(str(tmp_path)) as store:
+        store.put(checkpoint("live"), key="live")
+    records = tmp_path / "records"
+    for key, revision in (("old-a", 41), ("old-b", 7)):
+        (records / file_name(key)).write_bytes(tombstone_line(key, revision))
+    with open_store(str(tmp_path)) as store:
+        assert store.get("old-a") is None and [s.key for s in store.list()] == ["live"]
+        assert store.put(checkpoint("b"), key="old-b").revision == 8  # past its tombstone
+        assert verify_store(store).ok and (records / file_name("old-a")).exists()
+        assert verify_store(store, repair=True).ok
+        assert sorted(p.name for p in records.iterdir()) == sorted(
+            file_name(k) for k in ("live", "old-b")
+        )
+        assert store.put(checkpoint("a"), key="old-a").revision > 41
+        assert store.get("live") is not None and store.head("old-b").revision == 8  # type: ignore[union-attr]
+
+
+def test_a_damaged_revision_floor_is_refused_by_name_not_guessed(tmp_path: Path) -> None:
+    with open_store(str(tmp_path)) as store:
+        store.put(checkpoint("r"), key="k")
+        store.delete("k")
+        (tmp_path / "revision-floor").write_text("garbage")
+        for key in ("k", "never-written"):  # either may be a deleted key's successor
+            with pytest.raises(BackendError, match="revision-floor holds b'garbage', not a rev"):
+                store.put(checkpoint("r"), key=key)
+        (tmp_path / "revision-floor").write_text("1\n")
+        assert store.put(checkpoint("r"), key="k").revision == 2
 
 
 def test_verify_repair_removes_what_killed_writers_left(tmp_path: Path) -> None:
@@ -408,14 +473,17 @@ def test_verify_repair_removes_what_killed_writers_left(tmp_path: Path) -> None:
         (gone / "7").write_bytes(b"orphan")
         young = tmp_path / "records" / f".{name}.1.2.tmp"
         young.write_bytes(b"a write in flight")
+        floor = tmp_path / ".revision-floor.123.456.tmp"  # a delete killed before its rename
+        floor.write_bytes(b"7\n")
         old = time.time() - 3600
-        for path in (tmp, stale, gone / "7"):
+        for path in (tmp, stale, gone / "7", floor):
             os.utime(path, (old, old))
         report = verify_store(store)
-        assert report.orphans == 3 and tmp.exists()
+        assert report.orphans == 4 and tmp.exists()
         report = verify_store(store, repair=True)
-        assert report.orphans == 3
+        assert report.orphans == 4
         assert not tmp.exists() and not stale.exists() and not gone.exists()
+        assert not floor.exists()
         assert young.exists()
         assert verify_store(store).orphans == 0
         got = store.get("k")

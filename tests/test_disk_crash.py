@@ -17,6 +17,9 @@ from typing import Any
 from support.services import service_missing
 
 from agent_checkpoint import open_store
+from agent_checkpoint.backends._disk import file_name
+from agent_checkpoint.backends._disk_files import is_record_file
+from agent_checkpoint.testing import checkpoint
 
 WRITER = r"""
 import sys
@@ -84,6 +87,66 @@ def test_sigkill_during_puts_leaves_old_or_new_records_and_a_true_listing(tmp_pa
                 assert listed[key].saved_at == record.summary.saved_at
                 assert listed[key].run_id == ckpt.run_id
                 assert ckpt.history[-1].content.startswith(f"{key} v{stored_version} ")
+
+
+DELETER = r"""
+import sys
+from agent_checkpoint import Message, RunCheckpoint, open_store
+
+store = open_store(sys.argv[1])
+keys = [f"key-{i}" for i in range(4)]
+round_ = int(sys.argv[2])
+while True:
+    round_ += 1
+    for n, key in enumerate(keys):
+        ckpt = RunCheckpoint.new("hi", [Message("user", f"{key} {round_}")], run_id=key)
+        print(f"P {key} {store.put(ckpt, key=key).revision}", flush=True)
+        if (round_ + n) % 2:
+            store.delete(key)
+            print(f"D {key}", flush=True)
+"""
+
+
+def test_sigkill_during_puts_and_deletes_never_lets_a_key_repeat_a_revision(
+    tmp_path: Path,
+) -> None:
+    """A delete removes the key's file after raising the store's floor past its revision: a
+    writer killed at any instant leaves the record (and perhaps a higher floor) or no record
+    and a floor past it, so the key's next write never repeats a revision it had."""
+    rng = random.Random(20261207)
+    highest: dict[str, int] = {}  # the highest revision each key was acknowledged at
+    round_ = 0
+    for _trial in range(12):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", DELETER, str(tmp_path), str(round_)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first, "writer did not start"
+        time.sleep(rng.uniform(0.0, 0.3))
+        os.kill(proc.pid, signal.SIGKILL)
+        lines = [first, *proc.stdout.read().splitlines()]
+        proc.wait()
+        round_ += len(lines)  # past every round the writer reached
+        for line in lines:
+            if line.startswith("P "):
+                _, key, revision = line.split()
+                highest[key] = max(highest.get(key, 0), int(revision))
+        with open_store(str(tmp_path)) as store:
+            listed = {s.key: s.revision for s in store.iter_summaries()}
+            for key in highest:
+                head = store.head(key)
+                assert listed.get(key) == (head.revision if head else None), key
+                if head is not None:
+                    assert store.get(key) is not None  # readable, never torn
+                    highest[key] = max(highest[key], head.revision)  # an unacked put landed
+    with open_store(str(tmp_path)) as store:
+        for key, revision in highest.items():
+            assert store.put(checkpoint(key), key=key).revision > revision, key
+    files = {p.name for p in (tmp_path / "records").iterdir() if is_record_file(p.name)}
+    assert files == {file_name(key) for key in highest}  # no file of a deleted key stays
 
 
 TRACED = r"""
@@ -167,6 +230,14 @@ def test_the_pending_mark_reaches_the_disk_before_the_record_changes(tmp_path: P
             assert not synced, (step, calls)  # the mark on the disk already covers it
         else:
             assert synced and synced[0] < changes[0], (step, calls)
+    # a delete raises the store's floor past the key's revision, on the disk (renamed, the
+    # folder synced), before the record file goes: then the key's revisions never repeat
+    calls = steps["delete"]
+    floor = [i for i, call in enumerate(calls) if "rename" in call and '/revision-floor"' in call]
+    folder = [i for i, call in enumerate(calls) if _call(call) == "fsync" and f"<{store}>" in call]
+    gone = [i for i, call in enumerate(calls) if "unlink" in call and f'"{records}' in call]
+    assert floor and gone and floor[0] < gone[0], calls
+    assert any(floor[0] < i < gone[0] for i in folder), calls
 
 
 def _call(line: str) -> str:

@@ -11,7 +11,8 @@ Five operations, each atomic on its own:
   the stored revision (``plan_save`` states the rule) and resolving the owner write-once. A
   live record's revision goes up by one; a new key starts past every revision it ever had,
   deletes (and expiry) included, so a key never repeats a revision (no ABA): one past the
-  revision its tombstone keeps, or a store-wide counter that every write moves on. On a lost
+  revision its tombstone keeps, a store-wide counter that every write moves on, or a
+  store-wide floor every delete raises past the deleted revision. On a lost
   condition nothing changes.
 - ``drop(key, expect_revision=)``: remove record and index entries; ``True`` if it existed.
   With ``expect_revision``, a key at another revision (or absent) raises ``ConflictError``.
@@ -234,10 +235,10 @@ class Expiring(Protocol):
 
 @runtime_checkable
 class Forgetting(Protocol):
-    """Optional, for backends whose ``drop`` leaves a tombstone (so that a key's revisions
-    never repeat): remove a record whose key is never written again, leaving nothing. The
-    segment layer removes replaced pieces with it (a piece key is used once); without it,
-    each replaced piece leaves a tombstone behind."""
+    """Optional, for backends whose ``drop`` leaves a tombstone or raises a floor (so that a
+    key's revisions never repeat): remove a record whose key is never written again, leaving
+    nothing and raising nothing. The segment layer removes replaced pieces with it (a piece
+    key is used once); without it, each replaced piece leaves a tombstone behind."""
 
     def forget(self, key: str) -> None:
         """Remove ``key``'s record and its index entry, if any; no tombstone."""
@@ -282,7 +283,8 @@ def plan_save(
     Backends call this inside their atomic section (a lock, a transaction); a backend that
     cannot (Redis runs it as Lua) must implement exactly these rules. ``revision`` is the one
     this write gets: one past ``current``'s for a live record (the default), and for a new key
-    one past every revision the key ever had (its tombstone's, or a store-wide counter's).
+    one past every revision the key ever had (its tombstone's, a store-wide counter's or
+    floor's).
     """
     key = record.key
     if create_only and current is not None:

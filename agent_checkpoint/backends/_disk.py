@@ -4,8 +4,11 @@ Layout under the root folder::
 
     records/<name>     one JSON header line (the summary), a newline, then the stored bytes
                        (and, for a small record, newer frames of the same form after them);
-                       a deleted key leaves a tombstone line holding its last revision, so
-                       that the key's revisions never repeat
+                       a deleted key's file is removed (stores of earlier versions left a
+                       tombstone line holding its last revision: read, and folded into the
+                       floor by ``collect_orphans``)
+    revision-floor     the highest revision a deleted key had; a key with no record file
+                       starts past it, so a key's revisions never repeat (``FLOOR_FILE``)
     locks/<n>.lock     256 striped lock files; ``flock`` serialises writers of one key
     index.sqlite3      summaries for listing, plus a ``pending`` table of keys mid-write
     _<namespace>/      the same layout again for the Store's bookkeeping: claims, and the
@@ -59,7 +62,6 @@ from ._disk_files import (
     is_record_file,
     is_tombstone,
     parse_record,
-    tombstone_line,
 )
 from ._disk_index import SummaryIndex, busy
 
@@ -193,6 +195,7 @@ class DiskBackend(Closable):
                 _refuse_nested(self.root)
         self._files = RecordFiles(self.root, fsync=fsync)
         self._locks = self.root / "locks"
+        self._floor_lock = self._locks / "floor.lock"
         self._guard = threading.Lock()
         self._users = threading.Condition()  # operations under way: ``_in_use``
         self._busy = 0
@@ -313,6 +316,8 @@ class DiskBackend(Closable):
         with self._locked(key):
             found, last, end = self._files.state(key)
             current = found[0].summary if found is not None else None
+            if found is None:  # a new key, or one deleted: past every revision it had
+                last = max(last, self._files.floor())
             if found is not None and is_container(found[0].body) != is_container(record.body):
                 # Sealed bytes over plain ones (rekey, or encryption turned on), or back: the
                 # file is replaced, so no frame of the other kind stays readable beside them.
@@ -345,15 +350,17 @@ class DiskBackend(Closable):
                 return False
             assert current is not None
             self._mark(key)
-            self._files.write_whole(key, tombstone_line(key, current.revision))
+            # The floor first: a kill between the two leaves the record and a higher floor.
+            self._files.raise_floor(current.revision, self._floor_lock)
+            self._files.remove(key)
             self._written(key, None, replaced=True)
             self._files.prune_segments(key, None)
             return True
 
     @_translating("forget")
     def forget(self, key: str) -> None:
-        """Remove ``key``'s record file and index entry, leaving no tombstone (``Forgetting``:
-        for keys never written again, such as the segment layer's pieces)."""
+        """Remove ``key``'s record file and index entry without raising the floor
+        (``Forgetting``: for keys never written again, such as the segment layer's pieces)."""
         with self._locked(key):
             if self._current(key)[0] is None:
                 return
@@ -405,15 +412,35 @@ class DiskBackend(Closable):
     def collect_orphans(self, *, delete: bool = False, grace: float = 300.0) -> int:
         """Temp files older than ``grace`` seconds (what writers killed mid-write leave), and
         version 0.4's history data files no record file refers to; with ``delete``, remove
-        them. (The Store's segment layer collects its own pieces.)"""
+        them, and the tombstones of earlier versions' deletes too, each folded into the floor
+        first (those are not counted: nothing was lost or left mid-write). (The Store's
+        segment layer collects its own pieces.)"""
         found = self._files.orphans(grace)
         if delete:
+            self._fold_tombstones()
             for path in found:
                 path.unlink(missing_ok=True)
             for folder in self._files.legacy_folders():
                 with contextlib.suppress(OSError):
                     folder.rmdir()  # only if empty
         return len(found)
+
+    def _fold_tombstones(self) -> None:
+        """Remove the tombstone files of earlier versions, raising the floor past each one's
+        revision first (under its key's lock: a write may have replaced it meanwhile)."""
+        folded = False
+        tombstones = self._files.tombstones()
+        if tombstones:  # one write of the floor for all of them, checked again under each lock
+            self._files.raise_floor(max(r for _, _, r in tombstones), self._floor_lock)
+        for key, path, _ in tombstones:
+            with self._locked(key):
+                found, last, _ = self._files.state(key)
+                if found is None and path.exists():  # still the tombstone
+                    self._files.raise_floor(last, self._floor_lock)
+                    path.unlink()
+                    folded = True
+        if folded:
+            self._files.fsync_dir(self._files.records)
 
     @_translating("namespace")
     def namespace(self, name: str) -> DiskBackend:

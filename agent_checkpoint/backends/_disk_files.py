@@ -6,11 +6,11 @@ a checksum (``sum``) of its bytes, so that the next write of the key may append 
 to the file (one write and one fsync, no new file, rename or folder fsync) instead of
 replacing the file. The newest whole frame is the record: a frame a killed writer left torn
 (too short, or failing its checksum) is ignored, and the next write replaces the file. A
-write that would grow the file past ``LOG_BYTES``, a larger record, a tombstone and the first
-record of a key replace the file (temp file, fsync, rename, folder fsync), with one frame.
+write that would grow the file past ``LOG_BYTES``, a larger record and the first record of
+a key replace the file (temp file, fsync, rename, folder fsync), with one frame.
 A rewrite's earlier frames stay in the file until it is replaced (at most ``LOG_BYTES`` of the
-key's earlier versions; a delete replaces it at once, and so does a write of sealed bytes over
-plain ones or back, ``DiskBackend.save``: a rekey leaves no plain frame behind). Versions
+key's earlier versions; a delete removes the file at once, and a write of sealed bytes over
+plain ones or back replaces it, ``DiskBackend.save``: a rekey leaves no plain frame behind). Versions
 before frames read a file of several as unreadable (all after its first header as the
 record): a store this version wrote needs this version or a later one.
 
@@ -24,6 +24,7 @@ layer keeps long histories in pieces of its own).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -37,9 +38,11 @@ import orjson
 import xxhash
 
 from .._codec import join_parts
+from ..errors import BackendError
 from ._base import Record, Summary
 
 __all__ = [
+    "FLOOR_FILE",
     "LOG_BYTES",
     "RecordFiles",
     "Split",
@@ -71,13 +74,20 @@ def is_record_file(name: str) -> bool:
 
 
 def is_tombstone(data: bytes) -> bool:
+    """Whether a record file is a deleted key's tombstone (versions before ``FLOOR_FILE``
+    left one per deleted key, holding its last revision; still read, no longer written)."""
     return data.startswith(_TOMBSTONE)
 
 
 def tombstone_line(key: str, revision: int) -> bytes:
-    """The whole file a deleted key leaves: it keeps the key's last revision, so the key's
-    next record continues past it (revisions never repeat)."""
+    """The whole file a deleted key left before ``FLOOR_FILE`` (for tests of older stores)."""
     return _TOMBSTONE + orjson.dumps({"key": key, "revision": revision})[1:]
+
+
+FLOOR_FILE = "revision-floor"
+"""The file under a store's root that holds its *floor*: the highest revision any deleted
+key had. A key with no record file starts past it, so a deleted key's revisions never repeat
+(no ABA) although its file is removed whole: the store shrinks as keys are deleted."""
 
 
 LOG_BYTES = 64 * 1024
@@ -187,6 +197,7 @@ class RecordFiles:
     the key's lock around every write."""
 
     def __init__(self, root: Path, *, fsync: bool) -> None:
+        self.root = root
         self.records = root / "records"
         self.segments = root / "segments"
         self.fsync = fsync
@@ -271,6 +282,49 @@ class RecordFiles:
         self.path(key).unlink(missing_ok=True)
         self.fsync_dir(self.records)
 
+    def floor(self) -> int:
+        """The store's floor (``FLOOR_FILE``): 0 until a key is deleted. The caller holds the
+        lock of the key it is about to write: the floor was raised past that key's last
+        revision, under that lock, before its record file went."""
+        try:
+            text = (self.root / FLOOR_FILE).read_bytes()
+        except FileNotFoundError:
+            return 0
+        if not text.strip().isdigit():
+            raise BackendError(
+                f"{self.root / FLOOR_FILE} holds {text[:40]!r}, not a revision, so a new key "
+                "cannot be given one its deleted predecessor never had; write into it the "
+                "highest revision the store's records ever had",
+                backend="disk",
+                operation="save",
+            )
+        return int(text)
+
+    def raise_floor(self, revision: int, lock: Path) -> None:
+        """Raise the floor to ``revision`` (if below it), durably, before a record file with
+        that revision is removed; ``lock`` serialises the raisers (a lower value written
+        last would undo a higher one)."""
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if revision <= self.floor():
+                return
+            target = self.root / FLOOR_FILE
+            tmp = target.with_name(f".{FLOOR_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(b"%d\n" % revision)
+                    f.flush()
+                    if self.fsync:
+                        os.fsync(f.fileno())
+                os.replace(tmp, target)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            self.fsync_dir(self.root)  # on the disk before the record file goes
+        finally:
+            os.close(fd)
+
     def write_whole(self, key: str, *parts: bytes) -> None:
         """Replace the record file with ``parts``: temp file, fsync, rename, folder fsync."""
         target = self.path(key)
@@ -302,7 +356,7 @@ class RecordFiles:
 
     def orphans(self, grace: float) -> list[Path]:
         """Files older than ``grace`` seconds that no record file refers to: the temp files of
-        writers that died before their rename, and data files of generations no record names
+        writers that died before their rename (the floor's too), and data files of generations no record names
         (left by a writer that died between writing the data and its record, or between the
         commit and the prune)."""
         cutoff = time.time() - grace
@@ -310,6 +364,9 @@ class RecordFiles:
             path
             for path in _entries(self.records)
             if not is_record_file(path.name) and _older(path, cutoff)
+        ]
+        found += [  # a raiser of the floor killed before its rename
+            path for path in self.root.glob(f".{FLOOR_FILE}.*.tmp") if _older(path, cutoff)
         ]
         for folder in self.legacy_folders():
             try:
@@ -325,6 +382,24 @@ class RecordFiles:
                 for path in _entries(folder)
                 if path.name.split("-", 1)[0] != kept and _older(path, cutoff)
             ]
+        return found
+
+    def tombstones(self) -> list[tuple[str, Path, int]]:
+        """The keys, files and revisions of the tombstones stores of earlier versions left."""
+        found = []
+        for path in _entries(self.records):
+            if not is_record_file(path.name):
+                continue
+            try:
+                with open(path, "rb") as f:
+                    if not is_tombstone(f.read(len(_TOMBSTONE))):
+                        continue
+                    fields = orjson.loads(_TOMBSTONE + f.read())
+            except (FileNotFoundError, orjson.JSONDecodeError):
+                continue
+            key, revision = fields.get("key"), fields.get("revision")
+            if isinstance(key, str) and file_name(key) == path.name and type(revision) is int:
+                found.append((key, path, revision))
         return found
 
     def legacy_folders(self) -> list[Path]:
