@@ -115,3 +115,20 @@ def test_show_and_get_of_a_bad_record_name_it_what_is_wrong_and_the_remedy(
     assert "record 'from-v7' is stored" in err and "newer than this version reads (1)" in err
     code, _, err = run(capsys, "get", "from-v7", "--verbose", "--store", url)
     assert "unsupported checkpoint version: 7. This runtime supports version 1" in err
+
+
+def test_resume_of_a_bad_stored_record_refuses_in_one_line_before_running_anything(
+    url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import sys
+
+    fill_with_bad_records(url)
+    marker = tmp_path / "ran"
+    command = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    code, _, err = run(capsys, "resume", "no-version", "--store", url, "--", *command)
+    assert code == EXIT["invalid"] and not marker.exists()
+    assert err == (
+        "agent-checkpoint: error: record 'no-version' is stored, but this library cannot read "
+        "it: its checkpoint has no version (damaged, or written by other software); restore it "
+        "from a copy, or delete it: agent-checkpoint rm no-version\n"
+    )

@@ -45,6 +45,7 @@ from ..transcripts import (
     write_turns,
 )
 from ._common import EXIT, CommandError, print_json, progress, store_from
+from ._records import RECORD_ERRORS, read_refusal
 from .store_commands import add_json_option
 
 __all__ = ["INIT_ENV", "register"]
@@ -320,7 +321,12 @@ def _prepare(args: argparse.Namespace) -> _Resumable:
         )
     if store_url:
         with store_from(args) as store:
-            checkpoint = store.get(args.checkpoint)
+            try:
+                checkpoint = store.get(args.checkpoint)
+            except RECORD_ERRORS as exc:
+                current = store.migrations.current
+                message = read_refusal(args.checkpoint, exc, current=current)
+                raise CommandError(message, EXIT["invalid"]) from exc
         if checkpoint is None:
             raise CommandError(
                 f"no checkpoint under key {args.checkpoint!r} in {mask_url(store_url)}",
