@@ -78,6 +78,82 @@ def test_the_ls_widths_shown_in_the_docs_are_what_ls_prints(
         assert shown == out, f"docs/operations.md at {width} columns"
 
 
+def langgraph_thread(store: str) -> None:
+    """The README's LangGraph example, two turns of thread ``ticket-7``: its keys are the
+    saver's (a lineage ``langgraph/ticket-7/-/m/0``, and pending writes of ~100 characters)."""
+    pytest.importorskip("langgraph.graph")
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from agent_checkpoint.integrations.langgraph import AgentCheckpointSaver
+
+    def reply(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(f"you said: {state['messages'][-1].text}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "reply")
+    saver = AgentCheckpointSaver(store)
+    try:
+        graph = builder.compile(checkpointer=saver)
+        config: Any = {"configurable": {"thread_id": "ticket-7"}}
+        graph.invoke({"messages": [HumanMessage("hello")]}, config)
+        graph.invoke({"messages": [HumanMessage("still there?")]}, config)
+    finally:
+        saver.close()
+
+
+@pytest.mark.parametrize(
+    ("width", "columns"),
+    [
+        (60, ["KEY", "SAVED", "(UTC)", "OWNER", "AGENT", "FAILED"]),
+        (80, ["KEY", "SAVED", "(UTC)", "OWNER", "AGENT", "FAILED", "MSGS", "SIZE", "REV"]),
+        (120, ["KEY", "SAVED", "(UTC)", "OWNER", "AGENT", "FAILED", "MSGS", "SIZE", "REV"]),
+    ],
+)
+def test_ls_of_langgraph_keys_keeps_the_other_columns_beside_keys_on_lines_of_their_own(
+    width: int,
+    columns: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = str(tmp_path / "s")
+    langgraph_thread(store)
+    with open_store(store) as opened:
+        stored = [s.key for s in opened.iter_summaries()]
+    assert max(map(len, stored)) > 90  # the pending writes' keys
+    monkeypatch.setenv("COLUMNS", str(width))
+    code, out, _ = cli(capsys, "ls", "--store", store)
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split() == columns
+    starts = [line.split()[0] for line in lines[1:] if not line.startswith(" ")]
+    assert sorted(starts) == sorted(stored)  # each key whole
+    rows = [line for line in lines[1:] if "langgraph:ticket-7" in line]
+    assert len(rows) == len(stored) and all(len(row) <= width for row in rows)
+    for row in rows:  # a key over half the width on a line of its own, its row below it
+        cells = row.split() if row.startswith(" ") else row.split()[1:]
+        assert cells[2:4] == ["langgraph", "langgraph:ticket-7"]
+    assert len(lines) >= 1 + len(stored) + sum(len(k) > width // 2 for k in stored)
+
+
+def test_a_long_agent_id_is_cut_before_a_short_owner_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = str(tmp_path / "s")
+    agent = "billing-refunds-agent-eu-west-002"
+    with open_store(store) as opened:
+        ckpt = checkpoint("r1", principal="alice@acme.test", agent=agent, failed="llm")
+        opened.put(stamped(ckpt, 1_795_988_831_000), key="conv-41200")
+    monkeypatch.setenv("COLUMNS", "80")
+    _, out, _ = cli(capsys, "ls", "--store", store)
+    header, row = out.splitlines()  # one row: its key stays beside it
+    assert header.split()[:6] == ["KEY", "SAVED", "(UTC)", "OWNER", "AGENT", "FAILED"]
+    assert row.split()[3] == "alice@acme.test"  # whole: the agent id had cells to spare
+    assert row.split()[4].endswith("…") and len(row.split()[4]) >= len("alice@acme.test")
+    assert len(row) <= 80
+
+
 def test_keys_owners_and_agents_print_as_they_are_never_as_markup(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,7 +1,9 @@
 """Plain-text tables fitted to the terminal: the first column (the key an operator copies) is
-never cut or dropped; when the row is too wide, long text columns are shortened first, then
-the least useful columns are left out, and a note on stderr says which. A key too long to
-leave room for the next columns is printed whole on a line of its own, its row below it.
+never cut or dropped; when the row is too wide, long text columns are shortened first (the
+widest first, so that none is cut far shorter than another), then the least useful columns
+are left out, and a note on stderr says which. A key too long to leave room for the next
+columns (longer than half the width, or one of the few keys much longer than the rest) is
+printed whole on a line of its own, its row below it.
 
 Cells are printed as they are, never read as markup, and the work is proportional to the
 rows shown (one pass to measure, one to print).
@@ -60,28 +62,36 @@ def _cut(text: str, width: int) -> str:
 def layout(
     columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int | None
 ) -> tuple[list[int], list[int]]:
-    """The indexes of the columns shown and their widths. The key column is as wide as the
-    widest key that leaves room for the most other columns, as long as at most a quarter of
-    the rows (or one) have a longer key, which then gets a line of its own; the other
-    columns are fitted by ``_fit``."""
+    """The indexes of the columns shown and their widths. A key longer than half the width
+    gets a line of its own (beside it, the other columns would have no room: with LangGraph's
+    keys of ~100 characters every row would lose them all). The key column is as wide as the
+    widest of the other keys that leaves room for the most other columns (with the fewest keys
+    on lines of their own, then the fewest cells cut), as long as at most a
+    quarter of the rows (or one), those over half the width included, have a longer key, which
+    also gets a line of its own; when more than that are over half the width, any key may. The
+    other columns are fitted by ``_fit``."""
     natural = [
         max([_width(c.title), *(_width(row[i]) for row in rows)]) for i, c in enumerate(columns)
     ]
     if width is None:
         return list(range(len(columns))), natural
-    keys = sorted(_width(row[0]) for row in rows)
-    may_wrap = max(1, len(rows) // 4)
-    best: tuple[tuple[int, int, int], list[int], list[int]] | None = None
-    for key_width in sorted({_width(columns[0].title), *keys}):
+    title = _width(columns[0].title)
+    cap = max(title, width // 2)
+    keys = sorted(k for row in rows if (k := _width(row[0])) <= cap)
+    quarter, over = max(1, len(rows) // 4), len(rows) - len(keys)
+    # most keys on lines of their own already: any may be; else a quarter, those over included
+    may_wrap = len(keys) if over > quarter else quarter - over
+    best: tuple[tuple[int, int, int, int], list[int], list[int]] | None = None
+    for key_width in sorted({title, *keys}):
         wrapped = len(keys) - bisect_right(keys, key_width)
         if wrapped > may_wrap:
             continue
         shown, widths = _fit(columns, [key_width, *natural[1:]], width)
         cut = sum(natural[i] - widths[i] for i in shown[1:])
-        score = (len(shown), -cut, key_width)
+        score = (len(shown), -wrapped, -cut, key_width)  # a line is worth more than a cut
         if best is None or score > best[0]:
             best = (score, shown, widths)
-    assert best is not None
+    assert best is not None  # the widest key under the cap wraps no other
     return best[1], best[2]
 
 
@@ -100,14 +110,25 @@ def _fit(columns: Sequence[Column], widths: list[int], width: int) -> tuple[list
         if total() <= width:
             break
         if columns[i].drop <= last_before_shrink:
-            for j in shrinkable:
-                floor = max(columns[j].shrink_to or 0, _width(columns[j].title))
-                widths[j] = min(widths[j], max(floor, widths[j] - (total() - width)))
+            _shrink([j for j in shrinkable if j in shown], columns, widths, total() - width)
             last_before_shrink = 0
             if total() <= width:
                 break
         shown.remove(i)
     return shown, widths
+
+
+def _shrink(shrinkable: list[int], columns: Sequence[Column], widths: list[int], over: int) -> None:
+    """Take up to ``over`` cells from the ``shrinkable`` columns, a cell at a time from the
+    widest, none below its ``shrink_to`` (or its title)."""
+    floors = {j: max(columns[j].shrink_to or 0, _width(columns[j].title)) for j in shrinkable}
+    while over > 0:
+        room = [j for j in shrinkable if widths[j] > floors[j]]
+        if not room:
+            return
+        widest = max(room, key=lambda j: widths[j])
+        widths[widest] -= 1
+        over -= 1
 
 
 def print_table(
