@@ -326,13 +326,16 @@ class Store:
         since: datetime | int | float | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        prefix: str | None = None,
     ) -> Page:
-        """Summaries newest first (ties by key), filtered, one page at a time."""
+        """Summaries newest first (ties by key), filtered, one page at a time. ``prefix``:
+        only keys that begin with it (every character literal, no wildcard), served by the
+        backend's listing."""
         if type(limit) is not int or not 1 <= limit <= MAX_PAGE:
             raise InvalidKeyError(f"limit must be between 1 and {MAX_PAGE}, got {limit!r}")
         if failed is not None and not isinstance(failed, bool):
             raise InvalidKeyError(f"the failed filter must be True, False or None, got {failed!r}")
-        filters = {"owner": owner, "agent_id": agent_id, "phase": phase}
+        filters = {"owner": owner, "agent_id": agent_id, "phase": phase, "prefix": prefix}
         holdable = all(_holdable(name, value) for name, value in filters.items())
         query = Query(
             owner=owner,
@@ -343,6 +346,7 @@ class Store:
             saved_since=None if since is None else to_epoch_ms(since, "since"),
             after=None if cursor is None else decode_cursor(cursor),
             limit=limit + 1,
+            prefix=prefix,
         )
         # a filter no stored record can hold matches nothing: no backend call (the other
         # arguments are still checked above, and a closed store still refuses)

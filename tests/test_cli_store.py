@@ -96,6 +96,27 @@ def test_ls_json_filters_and_pages(
     assert [i["key"] for i in json.loads(out)["items"]] == ["k2", "k1", "k0"]
 
 
+def test_ls_prefix_lists_only_keys_that_begin_with_it_as_written(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    keys = ["job_1/a", "jobx1/b", "job%1/c", "job_1/d", "job[1]/e", "other"]
+    with open_store(store_url) as store:
+        for i, key in enumerate(keys):
+            store.put(stamped(checkpoint(f"r{i}"), 1000 + i), key=key)
+    for prefix, expected in [
+        ("job_1/", ["job_1/d", "job_1/a"]),  # "_" is no wildcard
+        ("job%", ["job%1/c"]),
+        ("job[1]", ["job[1]/e"]),
+        ("job", ["job[1]/e", "job_1/d", "job%1/c", "jobx1/b", "job_1/a"]),
+    ]:
+        code, out, _ = run(capsys, "ls", "--json", "--prefix", prefix, "--store", store_url)
+        assert code == 0 and [i["key"] for i in json.loads(out)["items"]] == expected, prefix
+    code, out, _ = run(capsys, "ls", "--prefix", "job_1/", "--limit", "1", "--store", store_url)
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["job_1/d"]
+    code, out, _ = run(capsys, "ls", "--prefix", "nothing/", "--store", store_url)
+    assert (code, out) == (0, "no checkpoints\n")
+
+
 def test_prune_deletes_only_older_records(
     tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -271,6 +271,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         "phase": args.phase,
         "since": None if args.since is None else parse_moment_ms(args.since),
         "before": None if args.before is None else parse_moment_ms(args.before),
+        "prefix": args.prefix,
     }
     with store_from(args) as store:
         if args.all:
@@ -386,6 +387,11 @@ def register(sub: Any) -> None:
         "--since", metavar="TIME", help="saved at or after (ISO 8601, epoch ms or age like 7d)"
     )
     p.add_argument("--before", metavar="TIME", help="saved strictly before (same forms)")
+    p.add_argument(
+        "--prefix",
+        metavar="P",
+        help="only keys that begin with P (every character as written: no wildcards)",
+    )
     p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
     p.add_argument("--cursor", help="continue after a previous page")
     p.add_argument("--all", action="store_true", help="every page")

@@ -140,7 +140,9 @@ class Record:
 class Query:
     """One page of a listing. ``after`` is the keyset position ``(saved_at, key)`` of the last
     entry already seen; entries strictly after it in the chosen order are returned.
-    ``saved_before`` is exclusive, ``saved_since`` inclusive. Filters combine with AND."""
+    ``saved_before`` is exclusive, ``saved_since`` inclusive. ``prefix`` keeps the keys that
+    begin with it, compared character for character: no character in it is a wildcard or an
+    escape (``%``, ``_``, ``*``, ``?``, ``[``, ``\\`` are themselves). Filters combine with AND."""
 
     owner: str | None = None
     agent_id: str | None = None
@@ -151,6 +153,7 @@ class Query:
     after: tuple[int, str] | None = None
     limit: int = 50
     oldest_first: bool = False
+    prefix: str | None = None
 
 
 @runtime_checkable
@@ -338,6 +341,8 @@ def matches(summary: Summary, query: Query) -> bool:
     if query.failed is not None and summary.failed != query.failed:
         return False
     if query.phase is not None and summary.failure_phase != query.phase:
+        return False
+    if query.prefix is not None and not summary.key.startswith(query.prefix):
         return False
     if query.saved_before is not None and summary.saved_at >= query.saved_before:
         return False

@@ -198,6 +198,10 @@ class SummaryIndex:
                 args.append(value)
         if query.failed is not None:
             where.append("failure_phase IS NOT NULL" if query.failed else "failure_phase IS NULL")
+        if query.prefix:
+            # substr, not LIKE or GLOB: no character of the prefix is a wildcard
+            where.append("substr(key, 1, ?) = ?")
+            args.extend((len(query.prefix), query.prefix))
         if query.saved_before is not None:
             where.append("saved_at < ?")
             args.append(query.saved_before)

@@ -131,7 +131,20 @@ def _may_match(entry: Entry, query: Query) -> bool:
         return False
     if query.failed is not None and (phase != NO_TAG) != query.failed:
         return False
-    return query.phase is None or phase == _tag(query.phase)
+    if query.phase is not None and phase != _tag(query.phase):
+        return False
+    return not query.prefix or _may_begin(entry.name, query.prefix.encode())
+
+
+def _may_begin(name: str, prefix: bytes) -> bool:
+    """Whether the key named ``name`` may begin with ``prefix`` (its UTF-8), read from the
+    name alone: a whole name spells the key; a cut one, in its whole groups of 8 characters,
+    the key's first bytes. Compared as bytes, so no character is a wildcard."""
+    if HASHED not in name:
+        return base64.b32hexdecode(name.upper() + "=" * (-len(name) % 8)).startswith(prefix)
+    spelled = stem(name)
+    known = base64.b32hexdecode(spelled[: len(spelled) - len(spelled) % 8].upper())
+    return known.startswith(prefix) if len(known) >= len(prefix) else prefix.startswith(known)
 
 
 def fields_of(summary: Summary, token: str) -> dict[str, Any]:

@@ -272,7 +272,7 @@ class PostgresBackend(Closable):
         raise revision_refused(key, expect_revision, found, "nothing was deleted")
 
     def scan(self, query: Query) -> list[Summary]:
-        if any("\x00" in v for v in (query.owner, query.agent_id, query.phase) if v):
+        if any("\x00" in v for v in (query.owner, query.agent_id, query.phase, query.prefix) if v):
             return []  # PostgreSQL text cannot hold NUL, so no stored value matches
         statement, params = scan_statement(query, self._sql)
         with self._connection("scan") as conn:

@@ -125,6 +125,8 @@ def scan_statement(query: Query, statements: Statements) -> tuple[sql.Composed, 
         when("failure_phase IS NOT NULL" if query.failed else "failure_phase IS NULL")
     if query.phase is not None:
         when("failure_phase = %s", query.phase)
+    if query.prefix:
+        when("starts_with(key, %s)", query.prefix)  # not LIKE: no character is a wildcard
     if query.saved_before is not None:
         when("saved_at < %s", query.saved_before)
     if query.saved_since is not None:

@@ -347,7 +347,7 @@ class RedisBackend(Closable):
         out: list[Summary] = []
         while True:
             with self._errors("scan"):
-                last, removed, rows = self._read_batch(index, low, high, batch)
+                last, removed, rows = self._read_batch(index, low, high, batch, query.prefix)
             for row in rows:
                 summary = summary_of(row[0].decode(), row[1:])
                 if is_after(summary, query) and matches(summary, query):
@@ -503,11 +503,15 @@ class RedisBackend(Closable):
         return min(zip(sizes, candidates, strict=True))[1]
 
     def _read_batch(
-        self, index: str, low: bytes, high: bytes, count: int
+        self, index: str, low: bytes, high: bytes, count: int, prefix: str | None = None
     ) -> tuple[bytes | None, int, list[list[Any]]]:
+        """The last member read, how many were removed or left unread (without ``prefix``),
+        and the rows of the rest."""
         position, column, wanted = page_filter(self._base, index)
-        reply = self._page([index], [self._base, low, high, count, position, column, wanted])
-        return reply[0], int(reply[1]), reply[2:]
+        reply = self._page(
+            [index], [self._base, low, high, count, position, column, wanted, prefix or ""]
+        )
+        return reply[0], int(reply[1]) + int(reply[2]), reply[3:]
 
 
 def _connection_dropped(exc: AttributeError) -> bool:

@@ -140,15 +140,14 @@ return {"dropped"}
 # One batch of an index, checked against the records in the same atomic step: a member whose
 # record is gone (expired) or no longer matches that index is removed, never returned.
 # ARGV: base, min, max, count, position field (sn|so), column to check (0: none), wanted value
-# ("" only that the column is set, "=v" that it equals v).
+# ("" only that the column is set, "=v" that it equals v), key prefix ("" any). Returns the
+# last member read, the count removed, the count of keys without the prefix (not read), rows.
 PAGE = """
 local base = ARGV[1]
-local col, want = tonumber(ARGV[6]), ARGV[7]
+local col, want, pre = tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local members = redis.call("ZRANGEBYLEX", KEYS[1], ARGV[2], ARGV[3], "LIMIT", 0, ARGV[4])
-local out = {members[#members] or false, 0}
-for _, m in ipairs(members) do
-  local sep = string.find(m, ":", 1, true)
-  local key = string.sub(m, sep + 1)
+local out = {members[#members] or false, 0, 0}
+local function read(m, sep, key)
   local row = redis.call("HMGET", base .. "r:" .. key, ARGV[5], "run", "at", "own", "agent",
     "phase", "iter", "msgs", "size", "rev")
   local live = row[1] == string.sub(m, 1, sep - 1)
@@ -162,6 +161,12 @@ for _, m in ipairs(members) do
     redis.call("ZREM", KEYS[1], m)
     out[2] = out[2] + 1
   end
+end
+for _, m in ipairs(members) do
+  local sep = string.find(m, ":", 1, true)
+  local key = string.sub(m, sep + 1)
+  -- compared as bytes: no character of the prefix is a pattern
+  if pre == "" or string.sub(key, 1, #pre) == pre then read(m, sep, key) else out[3] = out[3] + 1 end
 end
 if want ~= "" and redis.call("EXISTS", KEYS[1]) == 0 then
   redis.call("SREM", base .. "ix", KEYS[1])

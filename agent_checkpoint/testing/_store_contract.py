@@ -66,6 +66,14 @@ class _RaceBeforeDrop:
         pass
 
 
+PREFIXED = (
+    "a%b/1", "a_b/1", "axb/1", "ab/1", "a*b/1", "a?b/1", "a[b]/1", "a\\b/1", "a%",
+    "A%b", "%a", "é%/1", "e%/1", "a.b/1", "a^b$/1", "a(b|c)/1", "a\\%b",
+)  # fmt: skip
+"""Keys that a prefix written as a LIKE, GLOB, Lua or regular-expression pattern (or with
+LIKE's escape character) would match wrongly."""
+
+
 class _StoreContract:
     """Subclass and provide a ``store`` fixture yielding an empty ``Store``."""
 
@@ -389,7 +397,7 @@ class _StoreContract:
         assert keys(since=20, before=40) == ["3", "2"]
 
     @pytest.mark.parametrize("value", ["\udc80", "al\ud800", "al\x00"])
-    @pytest.mark.parametrize("name", ["owner", "agent_id", "phase"])
+    @pytest.mark.parametrize("name", ["owner", "agent_id", "phase", "prefix"])
     def test_a_filter_no_record_can_hold_matches_nothing(
         self, store: Store, name: str, value: str
     ) -> None:
@@ -403,6 +411,59 @@ class _StoreContract:
         with pytest.raises(InvalidKeyError):  # the other arguments are still checked
             store.list(cursor="not-a-cursor", **{name: value})  # type: ignore[arg-type]
         assert [s.key for s in store.list()] == ["1"]
+
+    @pytest.mark.parametrize(
+        "start",
+        ["a%", "a_", "a*", "a?", "a[", "a[b]", "a\\", "a\\%", "%", "é", "e", "a.", "a^b$",
+         "a(b|c)", "ab/1", "ab/1/", "A", "a", "", "zz"],
+        ids=lambda p: "".join(c if c.isalnum() else f"-{ord(c):x}" for c in p) or "empty",
+    )  # fmt: skip
+    def test_list_prefix_keeps_the_keys_that_begin_with_it_every_character_literal(
+        self, store: Store, start: str
+    ) -> None:
+        for i, key in enumerate(PREFIXED):
+            store.put(stamped(checkpoint(f"r{i}"), 1000 + i % 5), key=key)
+        expected = [
+            s.key for s in store.iter_summaries() if s.key.startswith(start)
+        ]  # every key, newest first, ties by key: the order the prefix must keep
+        assert [s.key for s in store.list(prefix=start, limit=100)] == expected
+        assert [s.key for s in store.iter_summaries(prefix=start, page_size=2)] == expected
+        assert len(expected) == sum(key.startswith(start) for key in PREFIXED)
+
+    def test_list_prefix_pages_and_combines_with_the_other_filters(self, store: Store) -> None:
+        for i in range(24):
+            key = f"{'t/' if i % 3 else 'u/'}{i:02d}"
+            ckpt = checkpoint(f"r{i}", principal="al" if i % 2 else "bo", failed="llm")
+            store.put(stamped(ckpt, 1000 + i // 4), key=key)
+        wanted = [s.key for s in store.iter_summaries() if s.key.startswith("t/")]
+        seen: list[str] = []
+        cursor = None
+        while True:
+            page = store.list(prefix="t/", limit=3, cursor=cursor)
+            assert 0 < len(page.items) <= 3
+            seen.extend(s.key for s in page)
+            if (cursor := page.cursor) is None:
+                break
+        assert seen == wanted and len(seen) == 16
+        mine = store.list(prefix="t/", owner="al", failed=True, before=1005, limit=100)
+        assert [s.key for s in mine] == [
+            k for k in wanted if int(k[2:]) % 2 and 1000 + int(k[2:]) // 4 < 1005
+        ]
+        assert store.list(prefix="t/", failed=False).items == []
+
+    def test_list_prefix_reaches_past_the_start_of_long_keys(self, store: Store) -> None:
+        """Keys of 300 characters that first differ at the 250th, and keys whose prefix ends
+        inside a character's UTF-8 bytes: a backend that reads a prefix from a shortened or
+        encoded name must still tell them apart."""
+        stem = "x" * 249
+        keys = [stem + "a" + "1" * 50, stem + "b" + "1" * 50, "ñ" * 40 + "a", "ñ" * 40 + "b"]
+        for i, key in enumerate(keys):
+            store.put(stamped(checkpoint(f"r{i}"), 1000 + i), key=key)
+        assert [s.key for s in store.list(prefix=stem + "b")] == [keys[1]]
+        assert [s.key for s in store.list(prefix=stem)] == [keys[1], keys[0]]
+        assert [s.key for s in store.list(prefix="ñ" * 40 + "a")] == [keys[2]]
+        assert [s.key for s in store.list(prefix="ñ" * 41)] == []
+        assert [s.key for s in store.list(prefix="x" * 250)] == []
 
     def test_list_rejects_a_malformed_cursor_and_limit(self, store: Store) -> None:
         with pytest.raises(InvalidKeyError):
