@@ -124,7 +124,7 @@ def test_ls_of_langgraph_keys_keeps_the_other_columns_beside_keys_on_lines_of_th
         stored = [s.key for s in opened.iter_summaries()]
     assert max(map(len, stored)) > 90  # the pending writes' keys
     monkeypatch.setenv("COLUMNS", str(width))
-    code, out, _ = cli(capsys, "ls", "--store", store)
+    code, out, _ = cli(capsys, "ls", "--all-records", "--store", store)
     lines = out.splitlines()
     assert code == 0 and lines[0].split() == columns
     starts = [line.split()[0] for line in lines[1:] if not line.startswith(" ")]
@@ -135,6 +135,45 @@ def test_ls_of_langgraph_keys_keeps_the_other_columns_beside_keys_on_lines_of_th
         cells = row.split() if row.startswith(" ") else row.split()[1:]
         assert cells[2:4] == ["langgraph", "langgraph:ticket-7"]
     assert len(lines) >= 1 + len(stored) + sum(len(k) > width // 2 for k in stored)
+
+
+LANGGRAPH_WRITES = [  # (checkpoint id, task id) as LangGraph makes them: UUIDs
+    ("1f0c2b7e-4d1a-6e52-8001-5b3c0f2f9a11", "6a1f0c2e-3b8d-2f4e-91c7-0d5e8a7b4c21"),
+    ("1f0c2b7e-4d0c-6a1e-8000-5b3c0f2f9a11", "0b7d3e91-8c2f-5a10-6e4d-93f1a2c7d805"),
+]
+
+
+def langgraph_like_store(store: str) -> None:
+    """A thread as the LangGraph saver lays it out (a lineage and pending writes under its
+    keys), at fixed times, so that ``ls`` prints the same table every time."""
+    lg = pytest.importorskip("agent_checkpoint.integrations._langgraph_records")
+    thread = lg.Key("ticket-7", "")
+    keys = [thread.first_lineage] + [thread.writes(c, t) for c, t in LANGGRAPH_WRITES]
+    with open_store(store) as opened:
+        for i, key in enumerate(reversed(keys)):
+            messages = 4 if key == thread.first_lineage else 0  # writes hold no message
+            ckpt = checkpoint(
+                f"run-{i}", principal="langgraph", agent="langgraph:ticket-7", messages=messages
+            )
+            opened.put(stamped(ckpt, 1_795_988_831_000 + 1_000 * i), key=key)
+
+
+def test_the_langgraph_captures_in_the_docs_are_what_ls_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = str(tmp_path / "s")
+    langgraph_like_store(store)
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text()
+    for width in (60, 80, 120):
+        monkeypatch.setenv("COLUMNS", str(width))
+        _, out, _ = cli(capsys, "ls", "--all-records", "--store", store)
+        command = f"$ COLUMNS={width} agent-checkpoint ls --all-records\n"
+        shown = doc.split(command, 1)[1].split("```", 1)[0]
+        assert shown == out, f"docs/operations.md at {width} columns"
+    monkeypatch.setenv("COLUMNS", "80")
+    _, out, _ = cli(capsys, "ls", "--store", store)
+    shown = doc.rsplit("$ COLUMNS=80 agent-checkpoint ls\n", 1)[1].split("```", 1)[0]
+    assert shown == out  # the last such capture: the thread's runs alone
 
 
 def test_a_long_agent_id_is_cut_before_a_short_owner_is(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 
 from agent_checkpoint import open_store
 from agent_checkpoint._cli import EXIT, main
+from agent_checkpoint.integrations.keys import is_internal
 from agent_checkpoint.testing import checkpoint, stamped
 
 
@@ -115,6 +118,64 @@ def test_ls_prefix_lists_only_keys_that_begin_with_it_as_written(
     assert [line.split()[0] for line in out.splitlines()[1:]] == ["job_1/d"]
     code, out, _ = run(capsys, "ls", "--prefix", "nothing/", "--store", store_url)
     assert (code, out) == (0, "no checkpoints\n")
+
+
+def test_internal_record_keys_are_the_integrations_bookkeeping_and_nothing_else() -> None:
+    lg = pytest.importorskip("agent_checkpoint.integrations._langgraph_records")
+    thread = lg.Key("ticket/7%", "sub:graph")
+    cid, task = "1f0c-aa", "0f3a6b1e-0000-4000-8000-000000000000"
+    assert is_internal(thread.writes(cid, task))
+    assert is_internal(lg.Key("t", "").writes(cid, task))
+    for run in (thread.first_lineage, thread.lineage(cid), lg.Key("t", "").first_lineage):
+        assert not is_internal(run), run
+    adk = pytest.importorskip("agent_checkpoint.integrations._adk_records")
+    assert is_internal(adk.app_key("app/x")) and is_internal(adk.user_key("app", "u/1"))
+    assert not is_internal(adk.session_key("app", "u/1", "s/2"))
+    for other in ("openai-agents/s1", "langgraph", "langgraph/t/-/c/x", "adk-state/", "a/c/w"):
+        assert not is_internal(other), other
+
+
+def test_the_key_layouts_import_no_framework() -> None:
+    code = (
+        "import sys, agent_checkpoint.integrations.keys, agent_checkpoint._cli.store_commands\n"
+        "frameworks = ('langgraph', 'langchain_core', 'google.adk', 'agents')\n"
+        "assert not [m for m in frameworks if m in sys.modules], sorted(sys.modules)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_ls_lists_runs_and_leaves_internal_records_out_unless_asked(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lineage = "langgraph/t1/-/m/0"
+    writes = [f"langgraph/t1/-/c/{i:04d}/w/task-{i}" for i in range(40)]
+    state = ["adk-state/app", "adk-state/app/u1"]
+    runs = [lineage, "adk/app/u1/s1", "openai-agents/s1", "conv-1", "conv-2"]
+    with open_store(store_url) as store:
+        # newest first: a run, 20 internal records, a run, ... so pages hold few runs or none
+        order = [runs[0], *writes[:20], runs[1], *state, runs[2], *writes[20:], *runs[3:]]
+        for i, key in enumerate(reversed(order)):
+            store.put(stamped(checkpoint(f"r{i}"), 1000 + i), key=key)
+    code, out, _ = run(capsys, "ls", "--json", "--all", "--store", store_url)
+    assert code == 0 and [i["key"] for i in json.loads(out)["items"]] == runs
+    seen: list[str] = []
+    cursor: list[str] = []
+    while True:
+        code, out, _ = run(capsys, "ls", "--json", "--limit", "2", *cursor, "--store", store_url)
+        page = json.loads(out)
+        seen += [i["key"] for i in page["items"]]
+        if page["cursor"] is None:
+            break
+        cursor = ["--cursor", page["cursor"]]
+    assert seen == runs
+    code, out, _ = run(capsys, "ls", "--json", "--all-records", "--all", "--store", store_url)
+    assert [i["key"] for i in json.loads(out)["items"]] == order
+    code, out, _ = run(
+        capsys, "ls", "--json", "--all-records", "--limit", "3", "--store", store_url
+    )
+    assert [i["key"] for i in json.loads(out)["items"]] == order[:3]
+    code, out, _ = run(capsys, "ls", "--prefix", "langgraph/", "--store", store_url)
+    assert [line.split()[0] for line in out.splitlines()[1:]] == [lineage]
 
 
 def test_prune_deletes_only_older_records(

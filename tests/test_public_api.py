@@ -118,6 +118,7 @@ PUBLIC_MODULES = [
     "agent_checkpoint.errors",
     "agent_checkpoint.integrations",
     "agent_checkpoint.integrations.adk",  # extra `adk`
+    "agent_checkpoint.integrations.keys",  # no extra: the integrations' key layouts
     "agent_checkpoint.integrations.langgraph",  # extra `langgraph`
     "agent_checkpoint.integrations.openai_agents",  # extra `openai-agents`
     "agent_checkpoint.resume",

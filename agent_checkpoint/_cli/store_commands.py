@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from .. import EnvelopeError, InvalidCheckpointError, Store, Summary
+from ..integrations.keys import is_internal
 from ._common import (
     EXIT,
     CommandError,
@@ -276,9 +277,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
     with store_from(args) as store:
         if args.all:
             items, cursor = list(store.iter_summaries(**filters)), None
-        else:
+            if not args.all_records:
+                items = [s for s in items if not is_internal(s.key)]
+        elif args.all_records:
             page = store.list(limit=args.limit, cursor=args.cursor, **filters)
             items, cursor = page.items, page.cursor
+        else:
+            items, cursor = _runs_page(store, args.limit, args.cursor, filters)
     if args.json:
         print_json({"items": [summary_json(s) for s in items], "cursor": cursor})
         return EXIT["ok"]
@@ -289,6 +294,33 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if cursor is not None:
         print(f"more: --cursor '{cursor}'", file=sys.stderr)
     return EXIT["ok"]
+
+
+_LARGEST_PAGE = 1000
+
+
+def _runs_page(
+    store: Store, limit: int, cursor: str | None, filters: dict[str, Any]
+) -> tuple[list[Summary], str | None]:
+    """Up to ``limit`` runs (no integration's internal record) and the cursor after the last
+    one. Pages grow while they hold only internal records (a LangGraph thread keeps many); a
+    page that holds more runs than wanted is read again up to the last one wanted, so that
+    the cursor given is a page's own."""
+    items: list[Summary] = []
+    size = limit
+    while True:
+        page = store.list(limit=size, cursor=cursor, **filters)
+        runs = [s for s in page.items if not is_internal(s.key)]
+        need = limit - len(items)
+        if len(runs) > need:
+            upto = page.items.index(runs[need - 1]) + 1
+            page = store.list(limit=upto, cursor=cursor, **filters)
+            runs = [s for s in page.items if not is_internal(s.key)]
+        items += runs
+        cursor = page.cursor
+        if cursor is None or len(items) >= limit:
+            return items, cursor
+        size = min(size * 2, _LARGEST_PAGE)
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
@@ -395,6 +427,12 @@ def register(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
     p.add_argument("--cursor", help="continue after a previous page")
     p.add_argument("--all", action="store_true", help="every page")
+    p.add_argument(
+        "--all-records",
+        action="store_true",
+        help="also the integrations' internal records (LangGraph pending writes, ADK app and "
+        "user state), left out by default",
+    )
     add_json_option(p, "the page")
     add_store_option(p)
     p.set_defaults(run=cmd_ls)

@@ -5,6 +5,9 @@
 - ``agent_checkpoint.integrations.openai_agents``: an OpenAI Agents SDK session
   (``pip install 'localab-checkpoint[openai-agents]'``).
 
+``agent_checkpoint.integrations.keys`` names the keys they store under, and which records are
+their bookkeeping rather than runs, without importing any framework.
+
 Each uses only the library's public API (``agent_checkpoint``): a third party could have
 written it.
 """

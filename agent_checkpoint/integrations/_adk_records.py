@@ -24,10 +24,12 @@ from agent_checkpoint import (
     UnreadableEnvelopeError,
 )
 
-KEY_PREFIX = "adk/"
+from .keys import ADK_SESSION_PREFIX, ADK_STATE_PREFIX
+
+KEY_PREFIX = ADK_SESSION_PREFIX
 """A session's record is stored under ``KEY_PREFIX + "<app>/<user>/<session id>"``."""
 
-STATE_PREFIX = "adk-state/"
+STATE_PREFIX = ADK_STATE_PREFIX
 """App state is stored under ``STATE_PREFIX + "<app>"``, user state under
 ``STATE_PREFIX + "<app>/<user>"``."""
 EVENT = "adkEvent"

@@ -16,6 +16,8 @@ from langchain_core.runnables import RunnableConfig
 
 from agent_checkpoint import MAX_KEY_LENGTH, InvalidArgumentError
 
+from .keys import LANGGRAPH_PREFIX
+
 ROOT_NS = "-"  # the root namespace ("") in a key
 ENTRY_ROLE = "checkpoint"
 """The role of a checkpoint's entry in its lineage's history (no text: no tool counts it)."""
@@ -51,7 +53,7 @@ class Key:
     @property
     def base(self) -> str:
         ns = ROOT_NS if self.ns == "" else "+" + escape(self.ns)
-        return f"langgraph/{escape(self.thread)}/{ns}"
+        return f"{LANGGRAPH_PREFIX}{escape(self.thread)}/{ns}"
 
     @property
     def tag(self) -> str:

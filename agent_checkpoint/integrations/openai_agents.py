@@ -64,6 +64,7 @@ from agent_checkpoint import (
 )
 
 from ._stores import OnStore, settled
+from .keys import OPENAI_AGENTS_PREFIX
 
 if TYPE_CHECKING:
     from agents.memory import Session
@@ -78,7 +79,7 @@ __all__ = [
     "list_sessions",
 ]
 
-KEY_PREFIX = "openai-agents/"
+KEY_PREFIX = OPENAI_AGENTS_PREFIX
 """A session's record is stored under ``KEY_PREFIX + session_id``."""
 
 AGENT_ID = "openai-agents"
