@@ -147,6 +147,8 @@ INTERNAL_SIGNALS = {
     "agent_checkpoint.backends._postgres_connections.CannotConnectError",
     # the CLI's one-line failure with its exit code, caught by cli.main
     "agent_checkpoint._cli._common.CommandError",
+    # stdout closed under a command that had its answer (diff | head), caught by cli.main
+    "agent_checkpoint._cli._common.ReaderLeftError",
     # a typed field holding another shape: the model keeps the value verbatim instead
     "agent_checkpoint._model._struct.Mismatch",
     # the JSON reader's depth refusal, turned into MalformedTranscriptError or

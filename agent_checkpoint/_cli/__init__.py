@@ -38,7 +38,7 @@ from . import interchange as interchange_commands
 from . import ops as ops_commands
 from . import store_commands as store_commands
 from ._boundary import QUIET_ENV, Boundary
-from ._common import EXIT, CommandError
+from ._common import EXIT, CommandError, ReaderLeftError
 
 __all__ = ["EXIT", "CommandError", "build_parser", "exit_code_for", "main"]
 
@@ -220,8 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         detail = f": {boundary.mask(str(exc))}" if str(exc) else ""
         print(f"agent-checkpoint: interrupted{detail}", file=sys.stderr)
         return EXIT["interrupted"]
-    except BrokenPipeError:
-        return EXIT["ok"]
+    except BrokenPipeError as exc:  # stdout's reader left (| head): nothing more to say
+        return exc.exit_code if isinstance(exc, ReaderLeftError) else EXIT["ok"]
     except Exception as exc:  # every error is one line, never a traceback
         boundary.error(exc)
         return exit_code_for(exc)

@@ -49,6 +49,24 @@ class CommandError(Exception):
         self.exit_code = exit_code
 
 
+class ReaderLeftError(BrokenPipeError):
+    """stdout's reader left (``| head``) while a command printed an answer it already had:
+    the command still exits with ``exit_code`` (``diff``: 1, different), not 0."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__(f"stdout was closed; the answer was exit code {exit_code}")
+        self.exit_code = exit_code
+
+
+@contextmanager
+def answered(exit_code: int) -> Iterator[None]:
+    """Printing the output of a command whose exit code is settled: a closed stdout keeps it."""
+    try:
+        yield
+    except BrokenPipeError as exc:
+        raise ReaderLeftError(exit_code) from exc
+
+
 def add_store_option(parser: argparse.ArgumentParser, help: str | None = None) -> None:
     """``--store`` after the command; the same option before it sets the default (so a value
     given here must not be overwritten by an absent one: ``SUPPRESS``)."""

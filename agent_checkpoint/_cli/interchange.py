@@ -44,7 +44,7 @@ from ..transcripts import (
     turns_to_checkpoint,
     write_turns,
 )
-from ._common import EXIT, CommandError, print_json, progress, store_from
+from ._common import EXIT, CommandError, answered, print_json, progress, store_from
 from ._records import RECORD_ERRORS, read_refusal
 from .store_commands import add_json_option
 
@@ -404,12 +404,14 @@ def run_diff(args: argparse.Namespace) -> int:
         a = _open(args.a, args.input_format)
         b = _open(args.b, args.input_format)
         result = diff_turns(a, b)
-    if args.output == "json":
-        print(json.dumps(result.to_json(), ensure_ascii=False))  # one line, as the seed's
-    else:
-        for line in result.lines():
-            print(line)
-    return EXIT["ok"] if result.identical else EXIT["differ"]
+    code = EXIT["ok"] if result.identical else EXIT["differ"]
+    with answered(code):  # diff A B | head: the answer stands however little is read
+        if args.output == "json":
+            print(json.dumps(result.to_json(), ensure_ascii=False))  # one line, as the seed's
+        else:
+            for line in result.lines():
+                print(line)
+    return code
 
 
 class _Merged:
