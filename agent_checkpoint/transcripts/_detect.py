@@ -7,7 +7,8 @@ vote: each says which formats it is compatible with and which it plainly belongs
 formats must be compatible with every sampled record; log formats (Claude Code, Codex)
 tolerate unknown lines and need a plain vote. The most plainly voted format wins (ties in
 the order of ``FORMATS``); with no plain vote at all (plain text messages), OpenAI chat, as
-in the seed.
+in the seed. Mistral's chat messages count as OpenAI chat: their ``document_url`` and
+``reference`` parts and an assistant's ``prefix`` vote for it plainly.
 """
 
 from __future__ import annotations
@@ -47,8 +48,12 @@ _LINES_ONLY: frozenset[Format] = _LOGS | {"turns"}
 _FALLBACK: tuple[Format, ...] = ("openai-chat", "anthropic", "openai-responses", "turns")
 """With no plain vote (plain text messages), the seed's reading: OpenAI chat."""
 _HEAD = 64 * 1024
-_OPENAI_PARTS = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
-_OPENAI_ONLY = frozenset({"image_url", "input_audio", "file", "refusal"})
+_MISTRAL_ONLY = frozenset({"document_url", "reference"})
+"""Parts of Mistral's chat messages, which are OpenAI chat messages otherwise."""
+_OPENAI_PARTS = frozenset({"text", "image_url", "input_audio", "file", "refusal"}) | _MISTRAL_ONLY
+_OPENAI_ONLY = frozenset({"image_url", "input_audio", "file", "refusal"}) | _MISTRAL_ONLY
+_CHAT_KEYS = frozenset({"tool_calls", "tool_call_id", "function_call", "prefix"})
+"""Keys only a chat message has (``prefix``: a Mistral assistant message the reply continues)."""
 _RESPONSES_PARTS = frozenset(
     {"input_text", "output_text", "input_image", "input_file", "input_audio", "refusal"}
 )
@@ -114,7 +119,7 @@ def _votes(record: Json) -> dict[Format, int]:
         elif text_like:
             votes["anthropic"] = 1
     if role in ROLES and kind is None:
-        plain = bool({"tool_calls", "tool_call_id", "function_call"} & record.keys())
+        plain = bool(_CHAT_KEYS & record.keys())
         if parts is not None and parts <= _OPENAI_PARTS:
             votes["openai-chat"] = 2 if plain or parts & _OPENAI_ONLY else 1
         elif text_like:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,3 +162,28 @@ def test_a_missing_file_and_a_folder_are_refused(tmp_path: Path) -> None:
         open_transcript(tmp_path / "missing.jsonl")
     with pytest.raises(MalformedTranscriptError, match="not a regular file"):
         open_transcript(tmp_path)
+
+
+def test_a_mistral_chat_body_is_read_as_chat_messages_without_format(
+    fixture_path: Callable[[str], Path], run: Callable[..., Any], tmp_path: Path
+) -> None:
+    # a document_url part and an assistant prefix message are Mistral's, on chat messages
+    body = fixture_path("transcripts/mistral_chat_document.json")
+    out = tmp_path / "turns.jsonl"
+    ran = run("save", str(body), "-o", str(out))
+    assert ran.code == 0, ran.err
+    turns = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [t["role"] for t in turns] == ["system", "user", "assistant", "tool", "assistant"]
+    assert turns[1]["content"][1]["document_url"] == "https://example.com/invoice-17.pdf"
+    assert turns[3]["tool_results"][0]["tool_call_id"] == "k2Vd8rQpa"
+
+
+def test_a_document_url_part_is_not_taken_for_an_anthropic_block(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    document = {"type": "document_url", "document_url": "https://example.com/a.pdf"}
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "Summarise it"}, document]},
+        {"role": "assistant", "content": "It is a lease."},
+    ]
+    path.write_text(json.dumps({"model": "mistral-small-latest", "messages": messages}))
+    assert open_transcript(path).format == "openai-chat"
