@@ -5,7 +5,9 @@ An assistant message becomes one turn whose ``content`` is the block list as sen
 whose ``tool_calls`` are its ``tool_use`` blocks. A user message is split: each
 ``tool_result`` block becomes a ``role: tool`` turn (in block order, as Anthropic requires
 them first), and the remaining blocks, if any, one user turn. A top-level ``system`` prompt
-becomes a ``system`` turn. Claude Code logs reuse these helpers.
+becomes a ``system`` turn, and so does a ``role: "system"`` message in the conversation, in
+its place, with its blocks as sent (``tool_addition`` and any other kind this reader does
+not know). Claude Code logs reuse these helpers.
 """
 
 from __future__ import annotations
@@ -16,9 +18,19 @@ from .._model import Json
 from ._errors import MalformedTranscriptError
 from ._turns import CallNames, Turn, make_tool_call, make_tool_result
 
-__all__ = ["PROVIDER", "assistant_turn", "tool_calls_of", "turns_from_messages", "user_turns"]
+__all__ = [
+    "PROVIDER",
+    "ROLES",
+    "assistant_turn",
+    "tool_calls_of",
+    "turns_from_messages",
+    "user_turns",
+]
 
 PROVIDER = "anthropic"
+ROLES = ("user", "assistant", "system")
+"""Roles of the messages of a request (``system`` mid-conversation: instructions or tool
+changes from there on)."""
 
 
 def tool_calls_of(content: Json, names: CallNames | None = None) -> list[dict[str, Json]]:
@@ -89,14 +101,17 @@ def turns_from_messages(
         yield Turn("system", system, provider=PROVIDER, ts=ts)
     names = CallNames()
     for i, message in enumerate(messages, 1):
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
             raise MalformedTranscriptError(
-                f"message {i} is not an Anthropic message (needs role 'user' or 'assistant')"
+                f"message {i} is not an Anthropic message (needs role 'user', 'assistant' or "
+                "'system')"
             )
         if "content" not in message:
             raise MalformedTranscriptError(f"message {i} has no `content`")
         content = message["content"]
-        if message["role"] == "assistant":
+        if message["role"] == "system":
+            yield Turn("system", content, provider=PROVIDER, ts=ts)
+        elif message["role"] == "assistant":
             turn_model = message.get("model")
             yield assistant_turn(
                 content,

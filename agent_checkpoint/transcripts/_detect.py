@@ -58,7 +58,16 @@ _RESPONSES_PARTS = frozenset(
     {"input_text", "output_text", "input_image", "input_file", "input_audio", "refusal"}
 )
 _ANTHROPIC_ONLY = frozenset(
-    {"tool_use", "tool_result", "thinking", "redacted_thinking", "document", "server_tool_use"}
+    {
+        "tool_use",
+        "tool_result",
+        "thinking",
+        "redacted_thinking",
+        "document",
+        "server_tool_use",
+        "tool_addition",
+        "tool_removal",
+    }
 )
 
 
@@ -113,7 +122,9 @@ def _votes(record: Json) -> dict[Format, int]:
             votes["openai-responses"] = 2
         elif text_like:
             votes["openai-responses"] = 1
-    if role in ("user", "assistant") and kind in (None, "message"):
+    if (role in ("user", "assistant") and kind in (None, "message")) or (
+        role == "system" and kind is None  # mid-conversation: a typed one is Responses
+    ):
         if parts is not None and not parts & (_OPENAI_ONLY | _RESPONSES_PARTS):
             votes["anthropic"] = 2 if parts & _ANTHROPIC_ONLY or kind == "message" else 1
         elif text_like:

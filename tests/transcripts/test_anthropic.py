@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,3 +91,35 @@ def test_a_message_with_another_role_is_refused_with_its_position(tmp_path: Path
     )
     with pytest.raises(MalformedTranscriptError, match=r"t\.json: message 2 is not an Anthropic"):
         list(open_transcript(path))
+
+
+def test_a_system_message_mid_conversation_is_a_system_turn_in_its_place(
+    run: Callable[..., Any], fixture_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    body = fixture_path("transcripts/anthropic_system_midway.json")
+    out = tmp_path / "turns.jsonl"
+    ran = run("save", str(body), "-o", str(out))
+    assert ran.code == 0, ran.err
+    turns = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    roles = ["system", "user", "assistant", "tool", "system", "assistant", "user"]
+    assert [t["role"] for t in turns] == roles
+    assert turns[4]["content"] == [  # blocks as sent, the kind this reader does not know too
+        {"type": "text", "text": "The grep tool is available from here on."},
+        {"type": "tool_addition", "tool": {"type": "tool_reference", "name": "grep"}},
+    ]
+
+
+def test_a_mid_conversation_system_message_is_anthropic_without_a_top_level_system(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.json"
+    addition = {"type": "tool_addition", "tool": {"type": "tool_reference", "name": "grep"}}
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "find the bug"}]},
+        {"role": "system", "content": [{"type": "text", "text": "grep is on"}, addition]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Searching."}]},
+    ]
+    path.write_text(json.dumps({"model": "claude-x", "messages": messages}), encoding="utf-8")
+    transcript = open_transcript(path)
+    assert transcript.format == "anthropic"
+    assert [(t.role, t.content) for t in transcript][1] == ("system", messages[1]["content"])
