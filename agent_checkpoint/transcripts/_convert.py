@@ -8,9 +8,17 @@ become ``thinkingBlocks`` with their signatures untouched. What has no place in 
 message (images, documents, server tool items, system prompts, error flags of results) is
 listed in the ``ConversionReport`` rather than silently lost.
 
+Instructions given inside the conversation are kept where they were given: a ``developer``
+turn (Codex writes them at the start and mid-session), and a ``system`` turn after the
+conversation has started, become ``user`` messages marked ``injectedBy`` (flavor
+``instructions``, reason ``INSTRUCTION_REASONS[role]``), the way the runtime marks what it
+adds to a conversation. Only a leading ``system`` turn is the system prompt, which a history
+does not hold (spec §2.1).
+
 Coming back, an assistant message with thinking blocks becomes a block list (thinking,
-text, ``tool_use``) so the signatures travel on; every other message keeps string content.
-History -> turns -> history gives the same messages.
+text, ``tool_use``) so the signatures travel on; every other message keeps string content,
+and a message marked as instructions is a ``developer`` or ``system`` turn again. History ->
+turns -> history gives the same messages.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from ._turns import (
 )
 
 __all__ = [
+    "INSTRUCTION_REASONS",
     "ConversionReport",
     "NotCarried",
     "checkpoint_to_turns",
@@ -57,6 +66,9 @@ _CARRIED_ELSEWHERE = frozenset(
         "function_call_output",
     }
 )
+INSTRUCTION_REASONS = {"developer": "developer message", "system": "system message"}
+"""``injectedBy.reason`` of the history message kept for a turn of each instructions role."""
+_ROLE_OF_REASON = {reason: role for role, reason in INSTRUCTION_REASONS.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +105,8 @@ class Converter:
         self.lost: list[NotCarried] = []
         self.names: dict[str, str] = {}
         self.turn = 0
+        self.replies = 0
+        self.started = False
 
     def lose(self, what: str) -> None:
         self.lost.append(NotCarried(self.turn, what))
@@ -129,9 +143,21 @@ class Converter:
         return "\n".join(p for p in pieces if p)
 
     def messages(self, turn: Turn) -> Iterator[Message]:
-        if turn.role in ("system", "developer"):
-            self.lose("system prompt (a history holds none)")
+        if turn.role in INSTRUCTION_REASONS:
+            marker = self.injected(turn)  # kept before: given where the conversation had begun
+            if marker is None and turn.role == "system" and not self.started:
+                self.lose("system prompt (a history holds none)")
+                return
+            marker = marker or InjectedBy(
+                f"turn-{self.turn + 1}",
+                "instructions",
+                self.replies + 1,
+                reason=INSTRUCTION_REASONS[turn.role],
+            )
+            yield Message("user", self.text(turn.content), injected_by=marker)
             return
+        self.started = True
+        self.replies += turn.role == "assistant"
         if turn.is_result:
             rest = turn.content
             for result in turn.tool_results or ():
@@ -313,8 +339,11 @@ def messages_to_turns(
                 for c in message.tool_calls or ()
             )
         injected = message.injected_by
+        role = message.role
+        if injected and role == "user" and injected.flavor == "instructions":
+            role = _ROLE_OF_REASON.get(injected.reason or "", role)
         yield Turn(
-            message.role,
+            role,
             content,
             tool_calls=calls or None,
             provider=provider,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,34 @@ def test_an_interrupted_call_keeps_the_developer_and_user_messages_after_it(
     ]
     assert [item["type"] for item in turns[1]["content"]] == ["reasoning"]
     assert turns[3]["content"][0]["text"] == "skip the tests, just show the diff"
+
+
+def test_developer_messages_reach_the_store_and_resume_as_from_the_file(
+    run: Callable[..., Any], fixture_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    # a developer message at the start (permissions) and one mid-session (sandbox changed)
+    rollout = str(fixture_path("transcripts/codex_developer_messages.jsonl"))
+    store = str(tmp_path / "store")
+    saved = run("save", rollout, "--store", store, "--key", "shop")
+    assert saved.code == 0, saved.err
+    assert saved.out == f"Saved 9 turns (9 messages) to {store} as shop (revision 1)\n"
+    assert "system prompt" not in saved.err
+    adapter = [sys.executable, "-m", "agent_checkpoint.adapters.openai_minimal", "next?"]
+    from_file = run("resume", rollout, "--", *adapter, "--print-request")
+    from_store = run("resume", "--store", store, "shop", "--", *adapter, "--print-request")
+    assert from_file.code == from_store.code == 0
+    sent = json.loads(from_store.out)["messages"]
+    assert sent == json.loads(from_file.out)["messages"]
+    assert [m["role"] for m in sent] == [
+        "developer",
+        "user",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "developer",
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert sent[6]["content"] == "The sandbox now allows writing in /work/shop."

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_checkpoint._model import Message, RunCheckpoint, ThinkingBlock, ToolCall
+from agent_checkpoint._model import InjectedBy, Message, RunCheckpoint, ThinkingBlock, ToolCall
 from agent_checkpoint._validation import validate_checkpoint
 from agent_checkpoint.errors import InvalidArgumentError
 from agent_checkpoint.transcripts import (
@@ -181,8 +181,16 @@ thinking = st.builds(
     summary=st.one_of(st.none(), st.booleans()),
     provider_meta=st.one_of(st.none(), st.just({"encrypted_content": "gAAA"})),
 )
+injected = st.builds(
+    InjectedBy,
+    ids,
+    st.sampled_from(["instructions", "skill"]),
+    st.integers(0, 9),
+    reason=st.sampled_from([None, "developer message", "system message", "a hook"]),
+)
 messages = st.one_of(
     st.builds(Message, st.just("user"), words),
+    st.builds(Message, st.just("user"), words, injected_by=injected),
     st.builds(
         Message,
         st.just("assistant"),
@@ -287,3 +295,47 @@ def test_a_transcript_function_given_the_wrong_kind_of_value_names_it(
 ) -> None:
     with pytest.raises(InvalidArgumentError, match=re.escape(named)):
         call()
+
+
+def test_developer_and_mid_conversation_system_turns_are_kept_as_marked_instructions() -> None:
+    turns = [
+        Turn("system", "You are terse."),
+        Turn("developer", [{"type": "input_text", "text": "The sandbox is read-only."}]),
+        Turn("user", "Count the rows"),
+        Turn("assistant", "41."),
+        Turn("system", [{"type": "text", "text": "grep is available"}, {"type": "tool_addition"}]),
+        Turn("developer", "Writing is allowed now."),
+        Turn("user", "Add one"),
+    ]
+    history, report = turns_to_messages(turns)
+    assert [(m.role, m.content) for m in history] == [
+        ("user", "The sandbox is read-only."),
+        ("user", "Count the rows"),
+        ("assistant", "41."),
+        ("user", "grep is available"),
+        ("user", "Writing is allowed now."),
+        ("user", "Add one"),
+    ]
+    assert [m.injected_by.to_json() if m.injected_by else None for m in history] == [
+        {"injectionId": "turn-2", "flavor": "instructions", "reason": "developer message", "iteration": 1},
+        None,
+        None,
+        {"injectionId": "turn-5", "flavor": "instructions", "reason": "system message", "iteration": 2},
+        {"injectionId": "turn-6", "flavor": "instructions", "reason": "developer message", "iteration": 2},
+        None,
+    ]  # fmt: skip
+    assert report.lines() == [  # only the leading system turn is a system prompt
+        "not carried into the checkpoint: system prompt (a history holds none), at turn 1",
+        "not carried into the checkpoint: tool_addition block, at turn 5",
+    ]
+    back = list(messages_to_turns(history))
+    assert [t.role for t in back] == [
+        "developer",
+        "user",
+        "assistant",
+        "system",
+        "developer",
+        "user",
+    ]
+    again, again_report = turns_to_messages(back)
+    assert again == history and again_report.not_carried == ()
