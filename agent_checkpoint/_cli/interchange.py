@@ -32,6 +32,7 @@ from ..backends import mask_url
 from ..transcripts import (
     FORMATS,
     Fork,
+    IntegrityPlan,
     Side,
     Transcript,
     Turn,
@@ -215,6 +216,31 @@ def default_key(transcript: Transcript, subagent: str | None = None) -> str:
     return f"{session}/{subagent}" if subagent else session
 
 
+def _refuse_nothing_kept(
+    source: str, transcript: Transcript, plan: IntegrityPlan, verb: str
+) -> None:
+    """Refuse (exit 5) a transcript of which nothing of the conversation would be kept, saying
+    why: its history is on a server, or every turn is cut for its tool calls."""
+    report = plan.report
+    if transcript.server_history and all(
+        t.role in ("system", "developer") for t in plan.apply(transcript)
+    ):
+        raise CommandError(
+            f"{source}: nothing of the conversation to {verb}: it is stored on OpenAI's servers "
+            f"({transcript.server_history}) and this request holds only what it added; {verb} "
+            "a request whose input carries the whole conversation, or the items the server "
+            "lists for it",
+            EXIT["invalid"],
+        )
+    if report.turns_out == 0:
+        why = (
+            "every turn follows a tool call that has no result; --on-dangling synthesize keeps them"
+            if report.dangling
+            else "every tool result answers a call the file does not hold"
+        )
+        raise CommandError(f"{source}: no complete turn to {verb} ({why})", EXIT["invalid"])
+
+
 def _ticking(turns: Iterable[Turn], tick: Callable[[], None]) -> Iterator[Turn]:
     for turn in turns:
         yield turn
@@ -239,13 +265,8 @@ def run_save(args: argparse.Namespace) -> int:
             plan = plan_integrity(transcript, policy=args.on_dangling)
         for line in [*transcript.notes, *plan.report.lines()]:
             note(line)
+        _refuse_nothing_kept(args.transcript, transcript, plan, "save")
         turns_out = plan.report.turns_out
-        if turns_out == 0:
-            raise CommandError(
-                f"{args.transcript}: no complete turn to save (every turn follows a tool call "
-                "that has no result; --on-dangling synthesize keeps them)",
-                EXIT["invalid"],
-            )
         with progress("saving", turns_out, unit="turn(s)") as tick:
             turns = _ticking(plan.apply(transcript), tick)
             if args.output:
@@ -342,8 +363,7 @@ def _prepare(args: argparse.Namespace) -> _Resumable:
         plan = plan_integrity(transcript, policy=args.on_dangling)
         for line in [*transcript.notes, *plan.report.lines()]:
             note(line)
-        if plan.report.turns_out == 0:
-            raise CommandError(f"{args.checkpoint}: no complete turn to resume", EXIT["invalid"])
+        _refuse_nothing_kept(args.checkpoint, transcript, plan, "resume")
         if transcript.format == "turns" and not plan.report.changed:
             return _Resumable(Path(args.checkpoint).resolve(), False)
         note(f"resuming from a normalised copy of {args.checkpoint} ({transcript.format})")

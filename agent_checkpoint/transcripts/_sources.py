@@ -41,6 +41,9 @@ class Transcript:
     Missing timestamps are filled with the time the transcript was opened, the same for
     every turn of one ``Transcript``. ``subagent`` is the sub-agent whose conversation is read:
     the one asked for, or, once read, the one a Claude Code sub-agent's own log holds.
+    ``server_history``, once read, names where the conversation before the file's records is
+    kept when the file does not hold it (a Responses request that continues a stored
+    response or conversation: ``"previous_response_id resp_..."``), else ``None``.
     """
 
     def __init__(
@@ -58,6 +61,7 @@ class Transcript:
         self.max_record_bytes = max_record_bytes
         self.opened_at = now_iso()
         self.notes: list[str] = []
+        self.server_history: str | None = None
         self._log: ClaudeCodeLog | None = None
 
     def __repr__(self) -> str:
@@ -153,6 +157,13 @@ class Transcript:
         elif self.format == "anthropic":
             yield from anthropic_turns(records, system=members.get("system"), model=model, ts=ts)
         else:
+            self.server_history = _server_history(members)
+            if self.server_history:
+                notes.append(
+                    f"this request continues a conversation stored on OpenAI's servers "
+                    f"({self.server_history}): the file holds only the items it added, and "
+                    "only those are read"
+                )
             yield from turns_from_items(
                 records,
                 instructions=members.get("instructions"),
@@ -160,6 +171,19 @@ class Transcript:
                 ts=ts,
                 notes=notes,
             )
+
+
+def _server_history(members: dict[str, Json]) -> str | None:
+    """Where a Responses body's earlier conversation lives, if on the server."""
+    previous = members.get("previous_response_id")
+    if isinstance(previous, str) and previous:
+        return f"previous_response_id {previous}"
+    conversation = members.get("conversation")
+    if isinstance(conversation, dict):  # {"id": "conv_..."} or the id alone
+        conversation = conversation.get("id")
+    if isinstance(conversation, str) and conversation:
+        return f"conversation {conversation}"
+    return None
 
 
 def open_transcript(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,3 +87,64 @@ def test_a_record_that_is_not_a_responses_item_is_refused_by_its_number(
     path.write_text(json.dumps({"input": [{"role": "user", "content": "hi"}, item]}))
     with pytest.raises(MalformedTranscriptError, match=re.escape(f"{path}: {named}")):
         list(open_transcript(path))
+
+
+TOOL_OUTPUT = {"type": "function_call_output", "call_id": "call_w1", "output": "18C, cloudy"}
+
+
+@pytest.mark.parametrize(
+    ("continues", "named"),
+    [
+        ({"previous_response_id": "resp_68a1b2c3"}, "previous_response_id resp_68a1b2c3"),
+        ({"conversation": {"id": "conv_6896679"}}, "conversation conv_6896679"),
+        ({"conversation": "conv_6896679"}, "conversation conv_6896679"),
+    ],
+)
+def test_a_request_whose_history_is_on_the_server_is_refused_saying_so(
+    run: Callable[..., Any], tmp_path: Path, continues: dict[str, Any], named: str
+) -> None:
+    # the request sends only the output of a call made in a response the server keeps
+    body = {"model": "gpt-4.1", "instructions": "You report weather.", **continues}
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(body | {"input": [TOOL_OUTPUT]}), encoding="utf-8")
+    out = tmp_path / "turns.jsonl"
+    ran = run("save", str(path), "-o", str(out))
+    assert ran.code == 5 and not out.exists()
+    error = ran.err.splitlines()[-1]
+    assert error.startswith(f"agent-checkpoint: error: {path}: nothing of the conversation to save")
+    assert f"stored on OpenAI's servers ({named})" in error
+    assert "--on-dangling" not in ran.err
+    marker = tmp_path / "ran"
+    resumed = run("resume", str(path), "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+    assert resumed.code == 5 and "nothing of the conversation to resume" in resumed.err
+    assert not marker.exists()
+
+
+def test_a_request_continuing_a_stored_conversation_says_only_its_items_were_saved(
+    run: Callable[..., Any], tmp_path: Path
+) -> None:
+    body = {
+        "model": "gpt-4.1",
+        "previous_response_id": "resp_68a1b2c3",
+        "input": [{"role": "user", "content": "And tomorrow?"}],
+    }
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(body), encoding="utf-8")
+    ran = run("save", str(path), "-o", str(tmp_path / "turns.jsonl"))
+    assert ran.code == 0
+    assert (
+        "note: this request continues a conversation stored on OpenAI's servers "
+        "(previous_response_id resp_68a1b2c3): the file holds only the items it added" in ran.err
+    )
+
+
+def test_tool_outputs_with_no_call_in_the_file_are_refused_without_a_dangling_call_hint(
+    run: Callable[..., Any], tmp_path: Path
+) -> None:
+    path = tmp_path / "items.json"
+    path.write_text(json.dumps([TOOL_OUTPUT]), encoding="utf-8")
+    ran = run("save", str(path), "-o", str(tmp_path / "turns.jsonl"))
+    assert ran.code == 5
+    assert ran.err.splitlines()[-1].endswith(
+        "no complete turn to save (every tool result answers a call the file does not hold)"
+    )
