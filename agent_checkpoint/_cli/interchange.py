@@ -451,6 +451,8 @@ def run_merge(args: argparse.Namespace) -> int:
         merged = _Merged(a, b, fork, args.prefer)
         if fork.diverged and args.prefer:
             note(f"{fork.describe()}; kept {args.prefer.upper()}'s branch")
+        elif fork.continues:
+            note(fork.describe())
         plan = plan_integrity(merged, policy=args.on_dangling)  # refuses a divergence
         for line in plan.report.lines():
             note(line)

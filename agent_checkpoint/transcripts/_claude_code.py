@@ -3,7 +3,7 @@
 A log is a tree, not a list: every line names its ``parentUuid``, a rewind or an edited
 prompt starts a new branch, sub-agents write ``isSidechain`` lines, and ``/compact`` (or
 auto-compaction) writes a ``system`` line of subtype ``compact_boundary`` with no parent,
-followed by the summary as a user message. Lines of other types (``summary``,
+followed by the summary as a user message (its turn marked ``_meta.compactionSummary``). Lines of other types (``summary``,
 ``file-history-snapshot``, ``progress``, ``queue-operation``, ``system``, anything newer)
 carry no turn but may sit on the chain. ``_claude_code_tree`` picks the lines of the active
 conversation (see there for parallel tool calls and sub-agents).
@@ -168,6 +168,8 @@ class ClaudeCodeLog:
                 held, held_id, results = None, None, []
             if offset in meta:
                 turns = [_injected(t, record, replies + 1) for t in turns]
+            if record.get("isCompactSummary") is True:
+                turns = [t.as_compaction_summary() for t in turns]
             yield from turns
         if held is not None:
             yield held

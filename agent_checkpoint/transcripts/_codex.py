@@ -5,7 +5,7 @@ Each line is ``{timestamp, type, payload}``: ``session_meta``, ``turn_context`` 
 items; ignored), ``response_item`` (a Responses item, read as in ``_openai_responses``) and
 ``compacted``. Turns before the last ``compacted`` line are left out: the rollout goes on from
 its ``replacement_history`` when it has one, else from its summary ``message`` as a user
-turn. Older rollouts, whose lines are bare Responses items after a first metadata line,
+turn marked ``_meta.compactionSummary``. Older rollouts, whose lines are bare Responses items after a first metadata line,
 read the same way. Lines that are not JSON are skipped and reported, as for any log.
 """
 
@@ -57,7 +57,7 @@ def read_rollout(lines: JsonLines, *, ts: str, notes: list[str]) -> Iterator[Tur
                     summary if isinstance(summary, str) else "",
                     provider=PROVIDER,
                     ts=at or ts,
-                )
+                ).as_compaction_summary()
             notes.append(f"started at the compaction on line {line.number}; earlier turns left out")
         elif kind == "response_item" and isinstance(payload, dict):
             yield from grouper.feed(payload, ts=at, model=model, where=f"line {line.number}")

@@ -31,6 +31,7 @@ from ._errors import MalformedTranscriptError, TranscriptNotFoundError
 from ._jsonio import MAX_RECORD_BYTES, dump_line, read_values
 
 __all__ = [
+    "COMPACTION_SUMMARY",
     "TURN_KEYS",
     "CallNames",
     "Turn",
@@ -48,6 +49,9 @@ __all__ = [
 ]
 
 TURN_KEYS = ("role", "content", "tool_calls", "tool_results", "provider", "model", "ts")
+COMPACTION_SUMMARY = "compactionSummary"
+"""``_meta`` key (``true``) of the turn holding a compaction's summary of the turns before it,
+which the log no longer holds (Claude Code ``isCompactSummary``, a Codex ``compacted`` line)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,17 @@ class Turn:
 
     def evolve(self, **changes: Any) -> Turn:
         return replace(self, **changes)
+
+    @property
+    def is_compaction_summary(self) -> bool:
+        meta = self.extra.get("_meta")
+        return isinstance(meta, dict) and meta.get(COMPACTION_SUMMARY) is True
+
+    def as_compaction_summary(self) -> Turn:
+        """This turn marked as a compaction's summary (``_meta``, beside what it holds)."""
+        meta = self.extra.get("_meta")
+        meta = dict(meta) if isinstance(meta, dict) else {}
+        return self.evolve(extra=dict(self.extra) | {"_meta": meta | {COMPACTION_SUMMARY: True}})
 
 
 class CallNames:
