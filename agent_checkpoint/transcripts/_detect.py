@@ -207,17 +207,21 @@ def sniff_container(path: Path, *, max_record_bytes: int) -> Container:
         return "object"  # a pretty-printed document, or one torn line
     if not isinstance(value, dict):
         return "object"
-    if not {"role", "type"} & value.keys() and any(
-        isinstance(value.get(k), list) for k in WRAPPER_KEYS
+    if not {"role", "type"} & value.keys() and (
+        any(isinstance(value.get(k), list) for k in WRAPPER_KEYS)
+        or isinstance(value.get("input"), str)  # a Responses request of one user message
     ):
         return "object"
     return "jsonl"
 
 
 def _object_format(doc: JsonDocument) -> Format | None:
-    """A wrapper object says much: ``input``/``output`` are Responses, a top-level ``system``
-    beside ``messages`` is Anthropic; plain ``messages`` are voted on."""
+    """A wrapper object says much: ``input``/``output`` (an ``input`` string too) are
+    Responses, a top-level ``system`` beside ``messages`` is Anthropic; plain ``messages``
+    are voted on."""
     others, arrays = doc.members(WRAPPER_KEYS)
+    if isinstance(others.get("input"), str):
+        return "openai-responses"
     if not arrays:
         raise UnrecognizedFormatError(
             f"{doc.path}: a JSON object without a {', '.join(WRAPPER_KEYS)} array"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 
 from .._model import Json
@@ -116,6 +116,10 @@ class Transcript:
         members, arrays = doc.members(WRAPPER_KEYS)
         if self.format == "openai-responses":
             streamed = [k for k in arrays if k in ("input", "output")]
+            text = members.get("input")
+            if isinstance(text, str):  # the short form of one user message
+                said: Json = {"role": "user", "content": text}
+                return chain([said], doc.items(streamed)), members
         else:
             streamed = [k for k in arrays if k == "messages"]
         if not streamed:

@@ -148,3 +148,18 @@ def test_tool_outputs_with_no_call_in_the_file_are_refused_without_a_dangling_ca
     assert ran.err.splitlines()[-1].endswith(
         "no complete turn to save (every tool result answers a call the file does not hold)"
     )
+
+
+def test_a_request_whose_input_is_one_string_reads_as_a_user_message(
+    run: Callable[..., Any], tmp_path: Path
+) -> None:
+    # the usual shape of a request that continues a stored response
+    body = {"model": "gpt-4.1", "previous_response_id": "resp_68a1b2c3", "input": "And tomorrow?"}
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(body), encoding="utf-8")
+    out = tmp_path / "turns.jsonl"
+    ran = run("save", str(path), "-o", str(out))
+    assert ran.code == 0, ran.err
+    assert "stored on OpenAI's servers (previous_response_id resp_68a1b2c3)" in ran.err
+    (turn,) = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert (turn["role"], turn["content"]) == ("user", "And tomorrow?")
