@@ -12,9 +12,15 @@ import agent_checkpoint
 
 PACKAGE = Path(agent_checkpoint.__file__).parent
 
-PUBLIC_MODULES = ("agent_checkpoint", "agent_checkpoint.backends", "agent_checkpoint.transcripts")
+PUBLIC_MODULES = (
+    "agent_checkpoint",
+    "agent_checkpoint.backends",
+    "agent_checkpoint.transcripts",
+    "agent_checkpoint.integrations.keys",
+)
 """Where the CLI may import from: the package itself, and the subpackages a user imports from
-too (``backends`` to write and register one, ``transcripts`` to convert a transcript)."""
+too (``backends`` to write and register one, ``transcripts`` to convert a transcript,
+``integrations.keys`` to tell an integration's internal records from runs: no framework)."""
 
 STORE_INTERNALS = {"_codec", "_call", "_now"}
 
