@@ -34,6 +34,7 @@
         ├── MissingDependencyError          (ImportError) a URL scheme whose extra is not installed
         └── BackendError                                  the backend failed; the driver's error is `__cause__`
             ├── StoreClosedError                          an operation after `close()`
+            ├── StoreConfigurationError                   the server refused the store's settings (credentials, database)
             ├── NotReplicatedError                        fewer replicas than asked confirmed a write
             └── BackendUnavailableError                   transient faults outlasted the retry budget
                 └── WriteOutcomeUnknownError              a retried write may have landed; read it back
@@ -71,6 +72,7 @@ __all__ = [
     "RecordTooLargeError",
     "RunCheckpointError",
     "StoreClosedError",
+    "StoreConfigurationError",
     "StoreError",
     "StoreNotFoundError",
     "TranscriptError",
@@ -293,6 +295,14 @@ class StoreClosedError(BackendError):
     gone, and an operation would leak new ones. Open the store again."""
 
     code = "ERR_STORE_CLOSED"
+
+
+class StoreConfigurationError(BackendError, ValueError):
+    """The server refused what the store was opened with, not a fault of the moment: no
+    credentials for S3, a Redis database number the server does not have. Retrying cannot
+    help; fix the URL or the environment."""
+
+    code = "ERR_STORE_CONFIGURATION"
 
 
 class NotReplicatedError(BackendError):

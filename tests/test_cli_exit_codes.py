@@ -305,3 +305,41 @@ def test_a_mistyped_key_or_scheme_is_not_found_with_the_nearest_one(
     assert "unknown store URL scheme 'redsi://': did you mean 'redis://'?" in one_error_line(err)
     with open_store(str(store)) as opened:  # rm of a near miss deleted nothing
         assert len(opened.list().items) == 3
+
+
+def test_settings_the_server_refuses_are_usage_errors_in_the_users_words(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Redis database the server does not have, or S3 with no credentials, is a wrong URL
+    or environment (exit 2), not a server failure (6); the line says what the command was
+    doing, not the backend's operation name, and names commands, not Python calls."""
+    import redis
+    from support.postgres_server import unique_schema, with_query
+    from support.services import POSTGRES_URL, REDIS_URL, service_missing
+
+    try:
+        redis.Redis.from_url(REDIS_URL).ping()
+    except redis.RedisError as exc:
+        service_missing("redis", str(exc))
+    base = REDIS_URL.rsplit("/", 1)[0]
+    code, _, err = cli(capsys, tmp_path, ["ls", "--store", f"{base}/99"])
+    assert code == EXIT["usage"]
+    assert one_error_line(err) == (
+        "agent-checkpoint: error: redis: listing the store failed: "
+        "ResponseError: DB index is out of range"
+    )
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    code, _, err = cli(
+        capsys, tmp_path, ["ls", "--store", "s3://bucket/p?endpoint_url=http://127.0.0.1:9"]
+    )
+    assert code == EXIT["usage"]
+    assert "s3: listing the store failed: NoCredentialsError" in one_error_line(err)
+    url = with_query(POSTGRES_URL, schema=unique_schema("ac_words"))
+    code, _, err = cli(capsys, tmp_path, ["ls", "--store", url])
+    line = one_error_line(err)
+    assert "store.setup()" not in line and "scan failed" not in line
+    assert "postgres: listing the store failed" in line

@@ -73,6 +73,7 @@ PUBLIC = [
     "Sealer",
     "Store",
     "StoreClosedError",
+    "StoreConfigurationError",
     "StoreError",
     "StoreNotFoundError",
     "Summary",

@@ -29,6 +29,7 @@ from .. import (
     InvalidCheckpointError,
     MissingDependencyError,
     NotFoundError,
+    StoreConfigurationError,
     StoreError,
     TranscriptError,
     TranscriptNotFoundError,
@@ -155,6 +156,8 @@ def exit_code_for(exc: BaseException) -> int:
         return EXIT["invalid"]
     if isinstance(exc, MissingDependencyError):
         return EXIT["dependency"]
+    if isinstance(exc, StoreConfigurationError):
+        return EXIT["usage"]
     if isinstance(exc, BackendError):
         return EXIT["backend"]
     if isinstance(exc, (StoreError, CheckpointError, ValueError, OSError)):

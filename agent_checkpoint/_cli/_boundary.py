@@ -61,6 +61,35 @@ def _key_material(value: str) -> set[str]:
     return {s for s in found if s}
 
 
+DOING = {
+    "scan": "listing the store",
+    "load": "reading a record",
+    "head": "reading a record's summary",
+    "save": "writing a record",
+    "drop": "deleting a record",
+    "namespace": "opening the store",
+    "open": "opening the store",
+    "connect": "connecting",
+    "setup": "setting the store up",
+}
+"""What a backend operation was doing, in the words of someone running a command."""
+
+
+_INTERNAL = re.compile(r"(disk|memory|redis|postgres|s3|fsspec) (\w+) failed: ")
+
+
+def in_words(text: str) -> str:
+    """A backend error's message as a command's user reads it: what it was doing instead of
+    the backend's operation name, and the command instead of the Python call to run."""
+    found = _INTERNAL.match(text)
+    if found and found.group(2) in DOING:
+        text = f"{found.group(1)}: {DOING[found.group(2)]} failed: {text[found.end() :]}"
+    return text.replace(
+        "create it once with store.setup() (or `agent-checkpoint setup --store URL`)",
+        "create it once with `agent-checkpoint setup --store URL`",
+    )
+
+
 class Boundary:
     """Masks the secrets of one command and prints its errors, warnings and logs."""
 
@@ -109,7 +138,7 @@ class Boundary:
                 f"record {exc.session_id!r} is stored, but this library cannot read it (not an "
                 f"envelope); its bytes begin {exc.stored_preview}"
             )
-        text = " ".join(str(exc).split()) or type(exc).__name__
+        text = in_words(" ".join(str(exc).split()) or type(exc).__name__)
         if len(text) > MAX_LINE and not self.verbose:
             sentence = text.find(". ", 40, MAX_LINE)  # the first sentence says what happened
             cut = sentence + 1 if sentence > 0 else MAX_LINE - 1

@@ -29,7 +29,7 @@ one never changes this contract.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -40,6 +40,7 @@ from ..errors import (
     ConflictError,
     OwnershipConflictError,
     StoreClosedError,
+    StoreConfigurationError,
 )
 
 __all__ = [
@@ -371,8 +372,11 @@ def translate_errors(
     *,
     transient: tuple[type[BaseException], ...],
     fatal: tuple[type[BaseException], ...] = (),
+    misconfigured: Callable[[BaseException], bool] | None = None,
 ) -> Iterator[None]:
-    """Re-raise driver exceptions as the library's, ``from`` the driver's, naming where."""
+    """Re-raise driver exceptions as the library's, ``from`` the driver's, naming where; a
+    fatal one that ``misconfigured`` recognises (the server refused the store's settings) as
+    ``StoreConfigurationError``."""
     try:
         yield
     except transient as exc:
@@ -382,7 +386,8 @@ def translate_errors(
             operation=operation,
         ) from exc
     except fatal as exc:
-        raise BackendError(
+        kind = StoreConfigurationError if misconfigured and misconfigured(exc) else BackendError
+        raise kind(
             f"{backend} {operation} failed: {type(exc).__name__}: {exc}",
             backend=backend,
             operation=operation,

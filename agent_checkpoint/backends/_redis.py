@@ -79,6 +79,7 @@ from ._redis_connect import (
     Client,
     connect,
     load_topology,
+    misconfigured,
     node_client,
     refresh_topology,
 )
@@ -468,7 +469,9 @@ class RedisBackend(Closable):
 
     @contextmanager
     def _errors(self, operation: str) -> Iterator[None]:
-        with translate_errors(self.name, operation, transient=TRANSIENT, fatal=FATAL):
+        with translate_errors(
+            self.name, operation, transient=TRANSIENT, fatal=FATAL, misconfigured=misconfigured
+        ):
             try:
                 if not self._topology:
                     load_topology(self._client)

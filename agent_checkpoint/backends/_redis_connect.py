@@ -75,6 +75,12 @@ TRANSIENT = (
 )
 FATAL = (RedisError, RedisClusterException)  # the cluster client's own errors are no RedisError
 
+
+def misconfigured(exc: BaseException) -> bool:
+    """Whether the server refused the URL's settings (a database number it does not have),
+    which no retry mends."""
+    return "DB index is out of range" in str(exc)
+
 DEFAULT_SOCKET_TIMEOUT = 10.0
 """Seconds redis-py waits for a reply unless the URL or the caller sets ``socket_timeout``."""
 
@@ -162,7 +168,9 @@ def connect(
             "command_packer",
             PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode),  # type: ignore[no-untyped-call]
         )
-    with translate_errors("redis", "connect", transient=TRANSIENT, fatal=FATAL):
+    with translate_errors(
+        "redis", "connect", transient=TRANSIENT, fatal=FATAL, misconfigured=misconfigured
+    ):
         # A cluster client finds every node from this one; all of a store's keys share the
         # {prefix} hash tag, so each operation still goes to one node, in one round trip.
         if asynchronous and cluster:

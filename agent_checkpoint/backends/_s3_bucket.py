@@ -17,7 +17,14 @@ from typing import Any, TypeVar
 import boto3
 import botocore.session
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    IncompleteReadError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.utils import parse_timestamp
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
@@ -44,6 +51,11 @@ RACE_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "NoS
 # miss for at least 30 s, and a request racing another client's create can cache it just after
 # the create cleared it. The first operation waits for the bucket to be seen, this long at most.
 VISIBLE_WITHIN = 60.0
+
+
+def _no_keys(exc: BaseException) -> bool:
+    """No credentials to sign with: a setting to fix, not a fault to retry."""
+    return isinstance(exc, (NoCredentialsError, PartialCredentialsError))
 
 
 def error_status(exc: ClientError) -> int:
@@ -399,7 +411,9 @@ class Bucket:
     @contextmanager
     def translate(self, operation: str) -> Iterator[None]:
         try:
-            with translate_errors(NAME, operation, transient=TRANSIENT, fatal=(BotoCoreError,)):
+            with translate_errors(
+                NAME, operation, transient=TRANSIENT, fatal=(BotoCoreError,), misconfigured=_no_keys
+            ):
                 yield
         except ClientError as exc:
             code, status = error_code(exc), error_status(exc)
