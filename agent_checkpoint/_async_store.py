@@ -182,6 +182,7 @@ class AsyncStore(_Closing):
     get_records = _awaiting(Store.get_records)
     get_envelope = _awaiting(Store.get_envelope)
     get_json = _awaiting(Store.get_json)
+    get_json_many = _awaiting(Store.get_json_many)
     head = _awaiting(Store.head)
     owner = _awaiting(Store.owner)
     delete = _awaiting(Store.delete)

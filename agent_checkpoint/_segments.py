@@ -127,21 +127,23 @@ class Segmented(Closable):
     def load(self, key: str) -> Record | None:
         return self._reading(key, self._assembled)
 
-    def load_many(self, keys: Sequence[str]) -> list[Record | None]:
-        """``[load(k) for k in keys]``: the records in one round trip where the backend reads
-        several at once (``Batched``), each then assembled as ``load`` does (a record that
+    def load_many(self, keys: Sequence[str], last: int | None = None) -> list[Record | None]:
+        """``[load(k) for k in keys]`` (with ``last``: ``[load_tail(k, last) for k in
+        keys]``): the records in one round trip where the backend reads several at once
+        (``Batched``), each then assembled as ``load`` (``load_tail``) does (a record that
         changed while its pieces were read is read again on its own)."""
+        assemble = self._assembled if last is None else self._tail_of(last)
         if not isinstance(self.inner, Batched) or len(keys) < 2:
-            return [self.load(key) for key in keys]
+            return [self._reading(key, assemble) for key in keys]
         found: list[Record | None] = []
         for key, record in zip(keys, self.inner.load_many(keys), strict=True):
             if record is None:
                 found.append(None)
                 continue
             layout = Layout.unpack(record.body)
-            whole = self._assembled(record, layout)
+            whole = assemble(record, layout)
             if whole is None:
-                found.append(self.load(key))
+                found.append(self._reading(key, assemble))
                 continue
             self._remember(key, record.summary.revision, layout)
             found.append(whole)
@@ -156,9 +158,10 @@ class Segmented(Closable):
         it holds of the history is its newest entries, in order; the rest of the record is
         whole.
         """
-        return self._reading(
-            key, lambda record, layout: self._tail(record, layout, count) if layout else record
-        )
+        return self._reading(key, self._tail_of(count))
+
+    def _tail_of(self, count: int) -> Callable[[Record, Layout | None], Record | None]:
+        return lambda record, layout: self._tail(record, layout, count) if layout else record
 
     def _reading(
         self, key: str, assemble: Callable[[Record, Layout | None], Record | None]

@@ -255,6 +255,34 @@ class Store:
         )
         return None if tail is None else self._codec.decode_json(tail.body, key, last=last)
 
+    def get_json_many(
+        self, keys: Sequence[str], *, last: int | None = None
+    ) -> builtins.list[dict[str, Json] | None]:
+        """``[get_json(k, last=last) for k in keys]``, the records read as ``get_records``
+        reads them (in one round trip where the backend reads several at once). With
+        ``last=0``, a listing of many records' fields other than their history reads no
+        history kept in pieces."""
+        if isinstance(keys, (str, bytes)):
+            raise InvalidArgumentError(
+                f"get_json_many takes a list of keys, not the one key {keys!r}: use get_json"
+            )
+        if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 0):
+            raise InvalidArgumentError(f"last must be a whole number >= 0, not {last!r}")
+        checked = [check_key(key) for key in keys]
+        if not checked:
+            return []
+        records = self._records
+        found: builtins.list[Record | None]
+        if isinstance(records, Segmented):
+            found = self._call(lambda: records.load_many(checked, last))
+        else:
+            found = self.get_records(checked)
+        decode = self._codec.decode_json
+        return [
+            None if record is None else decode(record.body, key, last=last)
+            for key, record in zip(checked, found, strict=True)
+        ]
+
     def get(self, key: str) -> RunCheckpoint | None:
         """The conversation stored under ``key``, or ``None`` if it was never written."""
         envelope = self.get_envelope(key)

@@ -172,6 +172,24 @@ class _StoreContract:
             with pytest.raises(InvalidArgumentError, match="last must be a whole number"):
                 store.get_json("g", last=bad)  # type: ignore[arg-type]
 
+    def test_get_json_many_reads_several_keys_as_get_json_reads_each(self, store: Store) -> None:
+        history: tuple[Message, ...] = ()
+        for i in range(40):  # grown one put at a time: the history is kept in pieces
+            history = (*history, Message("user", f"{i} " + "y" * 600))
+            store.put(RunCheckpoint.new("go", history, run_id="r"), key="long")
+        store.put(checkpoint(text="short"), key="short")
+        keys = ["long", "missing", "short", "long"]
+        for last in (None, 0, 3, 100):
+            many = store.get_json_many(keys, last=last)
+            assert many == [store.get_json(key, last=last) for key in keys]
+            assert many[1] is None and many[0] is not None
+            assert len(many[0]["data"]["history"]) == (40 if last is None else min(last, 40))
+        assert store.get_json_many([]) == []
+        with pytest.raises(InvalidArgumentError, match="not the one key"):
+            store.get_json_many("long")
+        with pytest.raises(InvalidArgumentError, match="last must be a whole number"):
+            store.get_json_many(["long"], last=-1)
+
     def test_invalid_checkpoint_is_refused_and_nothing_is_stored(self, store: Store) -> None:
         doc = checkpoint().to_json()
         doc["history"].append({"role": "user"})
