@@ -118,6 +118,7 @@ SCHEME = "agent-checkpoint"
 _TRIES = 100  # conditional writes of app or user state a call tries
 _KNOWN = 256  # sessions whose history the service keeps, to append without reading it
 _FIRST_READ = 16  # events the first read of a session filtered by time takes
+_LIST_PAGE = 500  # sessions list_sessions reads in one batch
 
 
 # -- listing ----------------------------------------------------------------------------------
@@ -294,8 +295,9 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
     ) -> ListSessionsResponse:
         """Every session of the app (of one user, with ``user_id``), oldest update first, each
         with its state and no events, as ADK's own services list them: this reads each
-        session's record (its head, not its history). ``list_session_page`` pages through
-        the store's index instead, newest first, reading no record."""
+        session's record (its head, not its history), a batch at a time.
+        ``list_session_page`` pages through the store's index instead, newest first, reading
+        no record."""
         app = checked_id("app_name", app_name)
         user = None if user_id is None else checked_id("user_id", user_id)
         return await self._store.call(self._list, app, user)
@@ -448,21 +450,34 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
         return session
 
     def _list(self, store: Store, app: str, user: str | None) -> ListSessionsResponse:
-        metas: list[tuple[_Ids, dict[str, Any], str | None]] = []
-        for summary in store.iter_summaries(owner=user, agent_id=agent_id(app)):
+        metas: list[tuple[_Ids, dict[str, Any]]] = []
+        page: list[tuple[str, str, str]] = []
+
+        def read_page() -> None:  # one batched read of the records' heads, no history
+            heads = store.get_json_many([session_key(*ids) for ids in page], last=0)
+            for ids, found in zip(page, heads, strict=True):
+                meta = None if found is None else found["data"].get(SESSION)
+                if isinstance(meta, dict):
+                    metas.append((_Ids(*ids), meta))
+            page.clear()
+
+        for summary in store.iter_summaries(
+            owner=user, agent_id=agent_id(app), page_size=_LIST_PAGE
+        ):
             found_ids = parsed(summary.key)
             if found_ids is None or found_ids[0] != app or user not in (None, found_ids[1]):
                 continue
-            found = store.get_json(summary.key, last=0)
-            meta = None if found is None else found["data"].get(SESSION)
-            if isinstance(meta, dict):
-                metas.append((_Ids(*found_ids), meta, meta.get("write")))
-        users = sorted({ids.user for ids, _, _ in metas})
+            page.append(found_ids)
+            if len(page) >= _LIST_PAGE:
+                read_page()
+        if page:
+            read_page()
+        users = sorted({ids.user for ids, _ in metas})
         records = store.get_records([app_key(app), *(user_key(app, u) for u in users)])
         app_state = state_of(records[0], store)
         user_states = {u: state_of(r, store) for u, r in zip(users, records[1:], strict=True)}
         sessions = []
-        for ids, meta, write in metas:
+        for ids, meta in metas:
             session = Session(
                 id=ids.sid,
                 app_name=ids.app,
@@ -470,7 +485,7 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
                 state=merged(meta.get("state") or {}, app_state, user_states[ids.user]),
                 last_update_time=float(meta.get("lastUpdateTime") or 0.0),
             )
-            session._storage_update_marker = write
+            session._storage_update_marker = meta.get("write")
             sessions.append(session)
         sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return ListSessionsResponse(sessions=sessions)
