@@ -355,6 +355,37 @@ def test_sessions_list_newest_first_a_page_at_a_time(url: str) -> None:
     assert everyone == ["chat-0", "chat-1", "chat-2", "chat-3", "chat-4"]
 
 
+def test_an_empty_app_or_user_id_lists_no_sessions_as_adks_own_service_does(
+    tmp_path: Path,
+) -> None:
+    from google.adk.sessions import InMemorySessionService
+
+    path = str(tmp_path / "store")
+
+    async def run(service: Any) -> list[list[str]]:
+        await service.create_session(app_name=APP, user_id=USER, session_id="kept")
+        listings = [
+            await service.list_sessions(app_name=APP, user_id=""),
+            await service.list_sessions(app_name="", user_id=USER),
+            await service.list_sessions(app_name=""),
+            await service.list_sessions(app_name=APP),  # the session is there
+        ]
+        return [[s.id for s in listing.sessions] for listing in listings]
+
+    async def pages() -> list[list[str]]:
+        async with AgentCheckpointSessionService(path) as service:
+            listed = [
+                await service.list_session_page(app_name=APP, user_id=""),
+                await service.list_session_page(app_name=""),
+                list_session_page(path, app_name=APP, user_id=""),
+            ]
+            return [[s.session_id for s in page.sessions] for page in listed]
+
+    ours = asyncio.run(run(AgentCheckpointSessionService(path)))
+    assert ours == asyncio.run(run(InMemorySessionService())) == [[], [], [], ["kept"]]
+    assert asyncio.run(pages()) == [[], [], []]
+
+
 def test_list_session_page_reads_a_store_url_and_refuses_a_bad_limit(tmp_path: Path) -> None:
     path = str(tmp_path / "store")
 

@@ -82,6 +82,12 @@ def checked_id(name: str, value: object) -> str:
     return value
 
 
+def listed_id(name: str, value: object) -> str:
+    """An app or user id to list the sessions of: ``""`` as it is (no session has it, so
+    ADK's own services list none), any other as ``checked_id`` takes it."""
+    return "" if value == "" else checked_id(name, value)
+
+
 def session_key(app_name: str, user_id: str, session_id: str) -> str:
     """The key a session's record is stored under."""
     parts = (

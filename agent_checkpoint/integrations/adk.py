@@ -86,6 +86,7 @@ from ._adk_records import (
     event_of,
     json_of,
     latest,
+    listed_id,
     merged,
     newer,
     parsed,
@@ -149,6 +150,8 @@ class SessionPage:
 def _page(store: Store, app: str, user: str | None, limit: int, cursor: str | None) -> SessionPage:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidArgumentError(f"limit must be a positive whole number, got {limit!r}")
+    if "" in (app, user):
+        return SessionPage([], None)
     found: list[SessionInfo] = []
     while True:  # each page read whole, so that its cursor is where the next one starts
         page = store.list(
@@ -177,8 +180,8 @@ def list_session_page(
     """The sessions of ``app_name`` (of one user, with ``user_id``) in ``store`` (a ``Store``
     or a URL), last written first, a page of at most ``limit`` at a time, from the store's
     index: no record is read. From async code, ``await service.list_session_page(...)``."""
-    app = checked_id("app_name", app_name)
-    user = None if user_id is None else checked_id("user_id", user_id)
+    app = listed_id("app_name", app_name)
+    user = None if user_id is None else listed_id("user_id", user_id)
     if isinstance(store, Store):
         check_options(store, store_options)
         return _page(store, app, user, limit, cursor)
@@ -295,11 +298,13 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
     ) -> ListSessionsResponse:
         """Every session of the app (of one user, with ``user_id``), oldest update first, each
         with its state and no events, as ADK's own services list them: this reads each
-        session's record (its head, not its history), a batch at a time.
-        ``list_session_page`` pages through the store's index instead, newest first, reading
-        no record."""
-        app = checked_id("app_name", app_name)
-        user = None if user_id is None else checked_id("user_id", user_id)
+        session's record (its head, not its history), a batch at a time. An empty
+        ``app_name`` or ``user_id`` lists none, as ADK's services do. ``list_session_page``
+        pages through the store's index instead, newest first, reading no record."""
+        app = listed_id("app_name", app_name)
+        user = None if user_id is None else listed_id("user_id", user_id)
+        if "" in (app, user):
+            return ListSessionsResponse()
         return await self._store.call(self._list, app, user)
 
     async def list_session_page(
@@ -312,8 +317,8 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
     ) -> SessionPage:
         """The app's sessions (of one user, with ``user_id``), last written first, a page at a
         time, from the store's index alone (``list_session_page`` of the module)."""
-        app = checked_id("app_name", app_name)
-        user = None if user_id is None else checked_id("user_id", user_id)
+        app = listed_id("app_name", app_name)
+        user = None if user_id is None else listed_id("user_id", user_id)
         return await self._store.call(_page, app, user, limit, cursor)
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
