@@ -10,7 +10,9 @@ lock across calls: concurrent tasks run concurrently, up to the backend's connec
 
 Cancelling a call cancels its I/O where the driver is async (the write stops at an await: the
 record holds its old or its new revision, and a piece written before the commit is an orphan
-for ``collect_orphans``, never read), and leaves a call on the thread pool to finish.
+for ``collect_orphans``, never read). A call on the thread pool that has started cannot be
+stopped: its ``CancelledError`` is raised once it has finished (``Threads``), so a cancelled put
+never lands over a put made after it.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ copy, and the async path is the sync path: the shared conformance suites prove b
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import sys
@@ -197,7 +198,16 @@ class Bridge:
 class Threads:
     """Runs the store's code on a bounded pool of threads of its own: for a backend whose
     driver blocks (file I/O and fsync, boto3). A call waits for a free thread; the loop never
-    does."""
+    does.
+
+    A cancelled call that has not started never runs. One that has started cannot be stopped
+    (a thread cannot be interrupted), so its caller's ``CancelledError`` is raised only once
+    it has finished, as Trio's and AnyIO's threads do by default: a put whose caller gave up
+    may still land, but before the caller learns of the cancellation, never after a put it
+    (or anyone it told) makes next. Raising at once would leave the put running, to land over
+    a newer acknowledged one. A conditional put would not need the wait, but every
+    last-write-wins put would then read the revision first and retry a lost race, on every
+    backend, to protect only the few that are cancelled."""
 
     def __init__(self, workers: int) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -208,10 +218,20 @@ class Threads:
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         if self._closed:  # the store is closed too: it refuses before any I/O
             return fn(*args, **kwargs)
-        call = functools.partial(fn, *args, **kwargs)
         import asyncio
 
-        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+        running = self._pool.submit(fn, *args, **kwargs)
+        try:
+            return await asyncio.wrap_future(running)
+        except asyncio.CancelledError:
+            if running.cancel():  # still queued (or cancelled by close): it never runs
+                raise
+            finishing = asyncio.wrap_future(running)
+            while not finishing.done():  # a cancellation repeated meanwhile waits too
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(finishing)
+            finishing.exception()  # retrieved: its outcome is not the caller's any more
+            raise
 
     def close(self) -> None:
         self._closed = True
