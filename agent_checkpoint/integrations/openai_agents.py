@@ -28,6 +28,15 @@ writers, in this process or others, lose no item. ``pop_item`` is the same compa
 of concurrent pops, each gets a different item. Calls that change one session object run one
 at a time (an ``asyncio.Lock`` per event loop), and each runs to its end even when its caller
 is cancelled, as the SDK's own sessions do.
+
+A lost reply: each ``add_items`` call's items carry a token of the call (``WRITE``, on the
+last of them). When the store cannot say whether the write landed (its reply was lost, and the
+retries did not settle it: ``BackendUnavailableError``, ``WriteOutcomeUnknownError``), the
+call reads the session back and looks for its token: there, the call is done; absent, it
+writes again, conditionally on what it read, so a late landing of the first write and the
+second cannot both land. Only when the session cannot be read either is the error raised; a
+retry of that call with the same items (on the same session object) reuses its token and
+stores them only if they are not there yet. So a retried call never stores an item twice.
 """
 
 from __future__ import annotations
@@ -36,9 +45,10 @@ import asyncio
 import math
 import os
 import threading
+import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import orjson
@@ -48,6 +58,7 @@ from agents.memory import SessionSettings
 from agent_checkpoint import (
     AgentRef,
     AsyncStore,
+    BackendUnavailableError,
     ConflictError,
     Identity,
     InvalidArgumentError,
@@ -95,7 +106,12 @@ TEXT = "responsesText"
 """The message field that says where in the item its text was (a path of keys and indexes):
 the item keeps ``null`` there, and the text is the message's ``content`` alone."""
 
+WRITE = "sessionWrite"
+"""The message field holding the token of the ``add_items`` call that stored it (on the last
+message of the call's items): how a call whose reply was lost finds out whether it landed."""
+
 _TRIES = 100  # conditional writes a call tries; each lost one means another writer's landed
+_UNSETTLED_TRIES = 3  # writes a call tries whose outcome was unknown and read back as not landed
 _MAX_NESTING = 200  # levels an item may nest (the stored record nests it 5 levels deep)
 _INT_RANGE = (-(2**63), 2**64 - 1)  # what every backend's JSON holds
 
@@ -307,6 +323,15 @@ def _items_of(message: Message) -> list[dict[str, Any]]:
     return items
 
 
+def _token() -> str:
+    return uuid.uuid4().hex
+
+
+def _holds_write(history: Sequence[Message], token: str) -> bool:
+    """Whether ``history`` holds the items of the ``add_items`` call ``token`` names."""
+    return any(message.extra.get(WRITE) == token for message in reversed(history))
+
+
 def _latest(history: Sequence[Message], limit: int | None) -> list[TResponseInputItem]:
     """The last ``limit`` items of ``history`` (all with ``None``), oldest first, as copies."""
     if limit is None:
@@ -454,6 +479,7 @@ class AgentCheckpointSession(OnStore):
         # threads end when this session is collected
         OnStore.__init__(self, store, store_options)
         self._seen: _Seen | None = None  # unknown until read or written
+        self._unsettled: tuple[str, bytes] | None = None  # the token and items of a failed add
         self._guard = threading.Lock()  # the per-loop locks' map; never held across I/O
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
@@ -479,10 +505,23 @@ class AgentCheckpointSession(OnStore):
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items``; stored when the call returns. Items that JSON cannot hold are
-        refused (``InvalidArgumentError`` naming the item and where in it), none stored."""
-        messages = tuple(_to_message(item) for item in _checked(items))
-        if messages:
-            await self._changing(self._add_items, messages)
+        refused (``InvalidArgumentError`` naming the item and where in it), none stored. A
+        call that raised, retried with the same items, stores them only if the first did not
+        (see the module docstring)."""
+        copies = _checked(items)
+        if not copies:
+            return
+        fingerprint = orjson.dumps(copies)
+        pending, self._unsettled = self._unsettled, None
+        token = pending[0] if pending is not None and pending[1] == fingerprint else _token()
+        messages = tuple(_to_message(item) for item in copies)
+        last = messages[-1]
+        messages = (*messages[:-1], replace(last, extra={**last.extra, WRITE: token}))
+        try:
+            await self._changing(self._add_items, messages, token, pending is not None)
+        except BaseException:
+            self._unsettled = (token, fingerprint)  # whether it landed, its retry finds out
+            raise
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the latest item and return it (``None`` if the session holds none); of
@@ -529,14 +568,30 @@ class AgentCheckpointSession(OnStore):
             raise self._owned_by(owner)
         return _latest(Message.from_json_many(data["history"]), limit)
 
-    def _add_items(self, store: Store, messages: tuple[Message, ...]) -> None:
+    def _add_items(
+        self, store: Store, messages: tuple[Message, ...], token: str, retry: bool
+    ) -> None:
         seen = self._seen if self._seen is not None else self._read(store)
         asked = next((m.content for m in reversed(messages) if m.role == "user"), None)
+        unsettled = 0
+        look = retry  # a new token cannot be stored yet: no need to look for it (O(history))
         for _ in range(_TRIES):
+            if look and _holds_write(seen.history, token):
+                return  # an earlier write of this call (or of the call it retries) landed
+            look = True
             history = seen.history + messages  # the same objects: the store appends
             written = _Seen(None, history, seen.asked if asked is None else asked)
-            if self._wrote(store, seen, written):
-                return
+            try:
+                if self._wrote(store, seen, written):
+                    return
+            except BackendUnavailableError:
+                # its reply was lost: the record says whether it landed (a read that fails
+                # too leaves the outcome unknown, and the error goes to the caller)
+                seen = self._read(store)
+                unsettled += 1
+                if unsettled >= _UNSETTLED_TRIES and not _holds_write(seen.history, token):
+                    raise
+                continue
             seen = self._read(store)
         raise self._contended("add_items", "none of its items was stored")
 

@@ -1,6 +1,7 @@
 """A TCP proxy for fault tests: forwards 127.0.0.1:<port> to a server, and on command adds
 latency, blackholes traffic, refuses new connections, resets live ones, or cuts a connection
-after N bytes. Runs an asyncio loop in a background thread; every mode is bounded by the test.
+after N bytes, or
+loses a server's replies (the request was applied; the client never hears). Runs an asyncio loop in a background thread; every mode is bounded by the test.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ class FaultProxy:
         self.blackhole = False
         self.refuse = False
         self.cut_after: int | None = None
+        self.lost_replies = 0
+        """The server's next replies to drop, each with its connection (reset)."""
+        self.passed_replies = 0
+        """Replies to let through before dropping those: where in a call the loss falls."""
         self._writers: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -60,7 +65,7 @@ class FaultProxy:
         budget = [self.cut_after]
         await asyncio.gather(
             self._pipe(reader, up_writer, budget, (writer, up_writer)),
-            self._pipe(up_reader, writer, budget, (writer, up_writer)),
+            self._pipe(up_reader, writer, budget, (writer, up_writer), replies=True),
             return_exceptions=True,
         )
         self._writers.difference_update((writer, up_writer))
@@ -71,12 +76,22 @@ class FaultProxy:
         writer: asyncio.StreamWriter,
         budget: list[int | None],
         pair: tuple[asyncio.StreamWriter, asyncio.StreamWriter],
+        *,
+        replies: bool = False,
     ) -> None:
         try:
             while True:
                 data = await reader.read(65536)
                 if not data:
                     break
+                if replies and self.lost_replies:
+                    if self.passed_replies:
+                        self.passed_replies -= 1
+                    else:
+                        self.lost_replies -= 1
+                        for w in pair:
+                            _abort(w)
+                        return
                 while self.blackhole:
                     await asyncio.sleep(0.01)
                 if self.latency:
@@ -112,6 +127,7 @@ class FaultProxy:
         self.blackhole = False
         self.refuse = False
         self.cut_after = None
+        self.lost_replies = self.passed_replies = 0
 
     @contextmanager
     def refusing(self) -> Iterator[None]:
