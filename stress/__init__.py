@@ -1,4 +1,4 @@
-"""Reliability campaigns: crash, faults, races, graph races and fuzz (see RELIABILITY.md).
+"""Reliability campaigns: crash, faults, races, graph races, cancel and fuzz (see RELIABILITY.md).
 
 Each campaign is a module that runs bounded from pytest (``tests/test_campaigns.py``) and at
 full size by hand::
@@ -7,6 +7,7 @@ full size by hand::
     python -m stress.faults [--backend redis,postgres,s3] [--cycles N]
     python -m stress.races  [--backend disk,redis,postgres,s3] [--rounds N]
     python -m stress.graph_races [--backend disk,redis,postgres,s3] [--rounds N]
+    python -m stress.cancel [--backend disk,memory,redis,postgres,s3,fsspec] [--trials N]
     python -m stress.fuzz   [--inputs N]
 
 and prints a figures table. The server helpers come from ``tests/support``.

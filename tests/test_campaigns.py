@@ -1,7 +1,7 @@
 """The reliability campaigns of ``stress/`` at CI size, on every backend (RELIABILITY.md has the
 full runs): crash (a writer SIGKILLed during puts), faults (proxy faults and server restarts
-under load), races (worker processes contending for one key) and fuzz (every untrusted-input
-reader). Each asserts zero lost, torn, duplicated, wrongly accepted or unlisted records, and no
+under load), races (worker processes contending for one key), cancel (AsyncStore puts
+cancelled at random instants) and fuzz (every untrusted-input reader). Each asserts zero lost, torn, duplicated, wrongly accepted or unlisted records, and no
 exception that is not the library's.
 
 Violations explained by an open library bug (``stress.common.KNOWN_BUGS``) turn a run into an
@@ -33,7 +33,7 @@ from agent_checkpoint.errors import (
     WriteOutcomeUnknownError,
 )
 from agent_checkpoint.transcripts import open_transcript, turns_to_checkpoint
-from stress import crash, faults, fuzz, graph_races, races
+from stress import cancel, crash, faults, fuzz, graph_races, races
 from stress.common import ServiceUnavailable, Tally, print_table
 
 pytestmark = [
@@ -109,6 +109,15 @@ def test_two_processes_starting_a_graph_on_one_empty_thread_leave_one_lineage(
     assert tally.trials == rounds and tally.acknowledged == rounds
     assert tally.errors == {"ConflictError": rounds}
     judge("graph races", tally, trial_word="rounds", extras=graph_races.EXTRAS)
+
+
+@pytest.mark.parametrize("backend", cancel.BACKENDS)
+def test_cancelled_async_puts_never_replace_an_acknowledged_put(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    tally = campaign(cancel.run_backend, backend, 60, tmp_path, server_for(backend, request))
+    assert tally.trials == 60 and tally.acknowledged >= 60
+    judge("cancel", tally, extras=cancel.EXTRAS)
 
 
 def test_fuzz_readers_raise_only_documented_errors_without_hangs() -> None:
