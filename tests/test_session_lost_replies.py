@@ -1,7 +1,7 @@
-"""The Agents SDK session when a write's reply is lost for real: the server applied the write,
-then the connection was reset before the reply reached the client (a TCP fault proxy,
-``support/faultproxy.py``). The session must find out whether its items landed, and a caller
-that retries a failed ``add_items`` must never store an item twice."""
+"""The Agents SDK session and the ADK service when a write's reply is lost for real: the
+server applied the write, then the connection was reset before the reply reached the client (a
+TCP fault proxy, ``support/faultproxy.py``). They must find out whether the write landed, and a
+caller that retries a failed call must never store an item twice."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import asyncio
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
@@ -20,6 +21,7 @@ from support.postgres_server import unique_schema, with_query
 from support.services import POSTGRES_URL, REDIS_URL, service_missing
 
 from agent_checkpoint import CheckpointError, RetryPolicy, open_store
+from agent_checkpoint.integrations.adk import AgentCheckpointSessionService
 from agent_checkpoint.integrations.openai_agents import AgentCheckpointSession
 
 pytestmark = pytest.mark.filterwarnings("ignore::agent_checkpoint.backends.VolatileRedisWarning")
@@ -139,3 +141,60 @@ def test_a_caller_retrying_a_call_whose_outcome_was_unknown_stores_no_item_twice
         for passed in range(4):
             texts, errors = add_with_retries(direct, proxied, proxy, passed, lost=2)
             assert texts == STORED_ONCE, (passed, errors)
+
+
+def said(text: str) -> Any:
+    from google.adk.events import Event
+    from google.genai import types
+
+    return Event(
+        invocation_id="inv",
+        author="user",
+        content=types.Content(role="user", parts=[types.Part(text=text)]),
+    )
+
+
+def append_with_retries(
+    direct: str, proxied: str, proxy: FaultProxy, passed: int
+) -> tuple[list[str], list[str]]:
+    """An ADK caller appends "first", then "second" with one reply lost after ``passed``
+    others (retrying a failed call), then "third" on the same session object. Returns the
+    stored events' texts and the errors the caller saw."""
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        errors: list[str] = []
+        service = AgentCheckpointSessionService(proxied, retry=ONCE)
+        session = await service.create_session(app_name="app", user_id="u")
+        await service.append_event(session, said("first"))
+        proxy.passed_replies, proxy.lost_replies = passed, 1
+        for _ in range(6):
+            try:
+                await service.append_event(session, said("second"))
+                break
+            except Exception as exc:
+                errors.append(type(exc).__name__)
+        proxy.heal()
+        await service.append_event(session, said("third"))
+        await service.close()
+        reader = AgentCheckpointSessionService(direct)
+        got = await reader.get_session(app_name="app", user_id="u", session_id=session.id)
+        await reader.close()
+        assert got is not None
+        texts = [str(e.content.parts[0].text) for e in got.events if e.content and e.content.parts]
+        return texts, errors
+
+    return asyncio.run(asyncio.wait_for(scenario(), 120))
+
+
+@pytest.mark.parametrize("backend", ["redis", "postgres"])
+def test_an_adk_event_whose_reply_was_lost_is_stored_once_and_the_session_goes_on(
+    backend: str,
+) -> None:
+    """Wherever in the append the reply is lost: an append that landed returns (the record
+    names its write), one that did not raises and its retry lands; either way the event is
+    stored once and the session object appends the next one without a StaleSessionError."""
+    with STORES[backend]() as (direct, proxied, proxy):
+        for passed in range(6):
+            texts, errors = append_with_retries(direct, proxied, proxy, passed)
+            assert texts == ["first", "second", "third"], (passed, errors)
+            assert "StaleSessionError" not in errors, passed

@@ -31,7 +31,9 @@ only if the record is still at that write, by our revisions (compare-and-swap); 
 writer appended meanwhile it raises ADK's ``StaleSessionError``, and nothing is written: get
 the session again. Appends through one session object run one at a time, in the order they
 were made (as ADK's database service does it), so concurrent appends on one fresh object all
-land. An append runs to its end even when its caller is cancelled.
+land. An append runs to its end even when its caller is cancelled. When the store cannot say
+whether an append landed (its reply was lost: ``BackendUnavailableError``), the record is read
+back: if it names the append's write token, the append landed and returns as usual.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ from pydantic_core import PydanticSerializationError
 from agent_checkpoint import (
     AgentRef,
     AsyncStore,
+    BackendUnavailableError,
+    CheckpointError,
     ConflictError,
     Identity,
     InvalidArgumentError,
@@ -559,11 +563,23 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
                     raise SessionNotFoundError(f"Session {ids.sid} not found.") from exc
                 raise _stale(ids.sid) from exc
             raise
+        except BackendUnavailableError:
+            self._forget(key)
+            if self._landed(store, ids, write):  # its reply was lost, not the write
+                return write
+            raise
         except BaseException:
             self._forget(key)  # the outcome may be unknown: read the record again
             raise
         self._remember(key, _Known(summary.revision, write, history, state, asked, scoped))
         return write
+
+    def _landed(self, store: Store, ids: _Ids, write: str) -> bool:
+        """Whether the record names the write ``write`` (read again, and remembered)."""
+        try:
+            return self._read(store, ids).write == write
+        except CheckpointError:
+            return False  # unreadable now too: the outcome stays unknown
 
     def _apply_scoped(self, store: Store, ids: _Ids, write: str, scoped: dict[str, Any]) -> None:
         """Apply the app and user deltas ``scoped`` that the session's write ``write``
