@@ -1,0 +1,408 @@
+"""A pytest plugin that runs the frameworks' own test suites with our objects in place of
+theirs (``-p support.framework_suites``, with our ``tests/`` folder on ``PYTHONPATH``; the
+suites come from their source distributions, see scripts/test-framework-suites).
+
+- LangGraph: the ``sync_checkpointer`` and ``async_checkpointer`` fixtures of every test
+  module become ours, parametrised by ``--ac-savers``: ``memory`` is LangGraph's own
+  ``InMemorySaver`` (the baseline; the id LangGraph's snapshots are recorded under) and
+  ``ours_<backend>`` is ``AgentCheckpointSaver`` on that backend's real server.
+- Agents SDK: in every test module that uses ``SQLiteSession``, the name is bound to a factory
+  that builds ``AgentCheckpointSession`` on the backend named by the test's parameter
+  (``--ac-sessions``): the same ``db_path`` in one test is one store, each ``:memory:`` a new
+  one. Tests that inspect SQLite itself are skipped with the reason (``SDK_EXCLUDED``).
+
+Each test's outcome is written to ``--ac-results`` (JSON); ``python -m
+support.framework_suites compare FILE`` prints the failures per backend and fails when one of
+ours fails a test LangGraph's ``InMemorySaver`` passes (LangGraph) or any test fails (SDK).
+
+The fixtures are injected into each test module (``pytest_collectstart``): a module's fixtures
+come before its conftest's, so theirs stay untouched and no pytest internals are used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.shared_s3 import pytest_configure_node, pytest_unconfigure, s3_server
+from support.store_urls import url_for_processes
+
+__all__ = ["pytest_configure_node", "pytest_unconfigure", "s3_server"]
+
+BACKENDS = ("memory", "disk", "redis", "postgres", "s3")
+BASELINE = "memory"  # LangGraph's InMemorySaver, under the id its snapshots are recorded with
+OURS = "ours_"
+SAVER_FIXTURES = ("sync_checkpointer", "async_checkpointer")
+SESSION_FIXTURE = "agent_checkpoint_session_backend"
+
+# The Agents SDK's session tests that inspect SQLite itself (its connections, locks, files,
+# tables or rows) rather than what a Session does: test name -> why it cannot apply to
+# another session. Every other test in tests/memory/test_session*.py must pass on ours.
+SDK_EXCLUDED = {
+    "test_sqlite_session_close_closes_worker_thread_connections": (
+        "reads SQLiteSession._connections (one sqlite3 connection per worker thread)"
+    ),
+    "test_sqlite_session_reaps_connections_from_exited_worker_threads": (
+        "reads SQLiteSession._connections"
+    ),
+    "test_sqlite_session_closes_retired_connections_before_the_next_allocation": (
+        "patches SQLiteSession's connection allocation and reads _connections"
+    ),
+    "test_sqlite_session_keeps_connections_of_live_worker_threads": (
+        "reads SQLiteSession._connections"
+    ),
+    "test_sqlite_session_closed_rejects_empty_add_items": (
+        "SQLiteSession's synchronous close() and its 'SQLiteSession is closed' error: close()"
+        " is not part of the SDK's Session protocol (ours is async and closes only the store)"
+    ),
+    "test_sqlite_session_pop_item_skips_corrupt_most_recent": (
+        "writes undecodable rows into SQLite through _locked_connection()"
+    ),
+    "test_sqlite_session_pop_item_returns_none_after_dropping_only_corrupt_rows": (
+        "writes undecodable rows into SQLite through _locked_connection()"
+    ),
+    "test_sqlite_session_get_items_limit_skips_corrupt_newest_rows": (
+        "writes undecodable rows into SQLite through _locked_connection()"
+    ),
+    "test_sqlite_session_get_items_session_settings_limit_skips_corrupt_rows": (
+        "writes undecodable rows into SQLite through _locked_connection()"
+    ),
+    "test_sqlite_session_file_lock_is_shared_across_instances": (
+        "reads SQLiteSession._lock and its per-file lock counts"
+    ),
+    "test_sqlite_session_failed_add_items_releases_write_lock": (
+        "probes SQLite's write lock with a second sqlite3 connection"
+    ),
+    "test_sqlite_session_failed_clear_session_rolls_back": (
+        "drops a SQLite table and expects sqlite3.OperationalError"
+    ),
+    "test_sqlite_session_failed_pop_item_releases_write_lock": (
+        "drops a SQLite table and expects sqlite3.OperationalError"
+    ),
+    "test_sqlite_session_rollback_failure_evicts_connection": (
+        "replaces SQLiteSession._get_connection with a failing sqlite3 connection"
+    ),
+    "test_sqlite_session_close_retries_quarantined_connection": (
+        "replaces SQLiteSession._get_connection with a failing sqlite3 connection"
+    ),
+    "test_sqlite_session_post_commit_cancellation_propagates_after_known_outcome": (
+        "replaces SQLiteSession._get_connection with a pausing sqlite3 connection"
+    ),
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("agent-checkpoint framework suites")
+    group.addoption(
+        "--ac-savers",
+        default=",".join([BASELINE, *(OURS + b for b in BACKENDS)]),
+        help="checkpointers for LangGraph's fixtures: memory (its InMemorySaver), ours_<backend>",
+    )
+    group.addoption(
+        "--ac-sessions",
+        default=",".join(BACKENDS),
+        help="backends AgentCheckpointSession replaces the SDK's SQLiteSession on",
+    )
+    group.addoption("--ac-results", default=None, help="write each test's outcome here (JSON)")
+    group.addoption("--ac-shard", default=None, help="i/n: run only the i-th of n shards (1-based)")
+
+
+def _names(config: pytest.Config, option: str, allowed: set[str]) -> list[str]:
+    names = [n for n in str(config.getoption(option)).split(",") if n]
+    wrong = [n for n in names if n not in allowed]
+    if wrong or not names:
+        raise pytest.UsageError(f"{option}: {wrong or names} not among {sorted(allowed)}")
+    return names
+
+
+# -- LangGraph: our saver in their checkpointer fixtures ------------------------------------------
+
+
+def _make_saver_fixtures(savers: list[str]) -> dict[str, Any]:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from agent_checkpoint.integrations.langgraph import AgentCheckpointSaver
+
+    @pytest.fixture(params=savers, name="sync_checkpointer")
+    def sync_checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+        if request.param == BASELINE:
+            yield InMemorySaver()
+            return
+        with url_for_processes(request.param[len(OURS) :], request, tmp_path) as url:
+            saver = AgentCheckpointSaver(url)
+            try:
+                yield saver
+            finally:
+                saver.close()
+
+    @pytest.fixture(params=savers, name="async_checkpointer")
+    async def async_checkpointer(
+        request: pytest.FixtureRequest, tmp_path: Path
+    ) -> AsyncIterator[Any]:
+        if request.param == BASELINE:
+            yield InMemorySaver()
+            return
+        with url_for_processes(request.param[len(OURS) :], request, tmp_path) as url:
+            saver = AgentCheckpointSaver(url)
+            try:
+                yield saver
+            finally:
+                await saver.aclose()
+
+    return {"sync_checkpointer": sync_checkpointer, "async_checkpointer": async_checkpointer}
+
+
+# -- the Agents SDK: our session in place of SQLiteSession ----------------------------------------
+
+
+class _Sessions:
+    """The stores of one test on one backend: one per ``db_path``, each ``:memory:`` its own."""
+
+    current: _Sessions | None = None
+
+    def __init__(self, backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+        self.backend, self.request, self.tmp_path = backend, request, tmp_path
+        self.stack = ExitStack()
+        self.stores: dict[str, Any] = {}
+        self.sessions: list[Any] = []
+        self.count = itertools.count()
+
+    def store(self, db_path: object) -> Any:
+        n = next(self.count)
+        key = f":memory:{n}" if str(db_path) == ":memory:" else str(Path(str(db_path)).resolve())
+        if key not in self.stores:
+            if self.backend == "memory":  # each memory:// opened is new: share one store
+                from agent_checkpoint import open_store
+
+                self.stores[key] = self.stack.enter_context(open_store("memory://"))
+            else:
+                self.stores[key] = self.stack.enter_context(
+                    url_for_processes(self.backend, self.request, self.tmp_path / f"store-{n}")
+                )
+        return self.stores[key]
+
+    def close(self) -> None:
+        from agent_checkpoint.integrations.openai_agents import AgentCheckpointSession
+
+        async def close_all() -> None:
+            for session in self.sessions:
+                await AgentCheckpointSession.close(session)
+
+        try:
+            asyncio.run(close_all())
+        finally:
+            self.stack.close()
+
+
+def _session_class() -> type:
+    from agent_checkpoint.integrations.openai_agents import AgentCheckpointSession
+
+    class SuiteSession(AgentCheckpointSession):
+        """``AgentCheckpointSession`` built the way the tests build ``SQLiteSession``."""
+
+        def __init__(
+            self,
+            session_id: str,
+            db_path: object = ":memory:",
+            *,
+            session_settings: Any = None,
+            **sqlite_tables: Any,  # SQLiteSession's table names: nothing to name here
+        ) -> None:
+            sessions = _Sessions.current
+            if sessions is None:
+                raise RuntimeError("SQLiteSession is replaced only while a test runs")
+            super().__init__(session_id, sessions.store(db_path), session_settings=session_settings)
+            sessions.sessions.append(self)
+
+        def close(self) -> None:  # type: ignore[override]
+            """SQLiteSession's synchronous ``close()`` (not part of the Session protocol):
+            nothing here; the test's stores are closed when it ends."""
+
+    return SuiteSession
+
+
+def _make_session_fixture(backends: list[str]) -> Any:
+    @pytest.fixture(params=backends, autouse=True, name=SESSION_FIXTURE)
+    def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+        _Sessions.current = sessions = _Sessions(request.param, request, tmp_path)
+        try:
+            yield request.param
+        finally:
+            _Sessions.current = None
+            sessions.close()
+
+    return backend
+
+
+# -- wiring ---------------------------------------------------------------------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    savers = _names(config, "--ac-savers", {BASELINE, *(OURS + b for b in BACKENDS)})
+    sessions = _names(config, "--ac-sessions", set(BACKENDS))
+    config._ac_inject = {"savers": savers, "sessions": sessions}  # type: ignore[attr-defined]
+    config._ac_results = {}  # type: ignore[attr-defined]
+
+
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    if not isinstance(collector, pytest.Module):
+        return
+    try:
+        module = collector.obj
+    except Exception:  # collect() reports the import error
+        return
+    wanted = collector.config._ac_inject  # type: ignore[attr-defined]
+    if "SQLiteSession" in vars(module):
+        module.SQLiteSession = _session_class()
+        setattr(module, SESSION_FIXTURE, _make_session_fixture(wanted["sessions"]))
+    source = Path(str(collector.path)).read_text(encoding="utf-8", errors="replace")
+    if any(name in source for name in SAVER_FIXTURES):
+        for name, fixture in _make_saver_fixtures(wanted["savers"]).items():
+            setattr(module, name, fixture)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        name = getattr(item, "originalname", item.name)
+        if SESSION_FIXTURE in getattr(item, "fixturenames", ()) and name in SDK_EXCLUDED:
+            item.add_marker(pytest.mark.skip(reason=f"inspects SQLite: {SDK_EXCLUDED[name]}"))
+    shard = config.getoption("--ac-shard")
+    if shard:
+        i, _, n = str(shard).partition("/")
+        index, count = int(i), int(n)
+        kept = [it for k, it in enumerate(items) if k % count == index - 1]
+        config.hook.pytest_deselected(items=[it for it in items if it not in kept])
+        items[:] = kept
+
+
+def _subject(item: pytest.Item) -> tuple[str, str]:
+    """(what the test ran on, the test's id without it)."""
+    params = dict(getattr(getattr(item, "callspec", None), "params", {}))
+    subject = ""
+    for name in (*SAVER_FIXTURES, SESSION_FIXTURE):
+        if name in params:
+            subject = str(params.pop(name))
+            if name == SESSION_FIXTURE:
+                subject = OURS + subject
+    rest = ",".join(f"{k}={params[k]}" for k in sorted(params))
+    return subject, f"{item.nodeid.partition('[')[0]}[{rest}]" if rest else item.nodeid
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    subject, test = _subject(item)
+    report.user_properties.append(("ac_subject", subject))
+    report.user_properties.append(("ac_test", test))
+    return report
+
+
+_results: dict[tuple[str, str], str] = {}  # (test, subject) -> outcome, in the controller
+_causes: dict[tuple[str, str], str] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    props = dict(report.user_properties)
+    if "ac_test" not in props:
+        return
+    key = (props["ac_test"], props["ac_subject"])
+    if report.failed:
+        _results[key] = "failed"
+        _causes.setdefault(key, _cause(str(report.longreprtext)))
+    elif key not in _results and (report.skipped or report.when == "call"):
+        _results[key] = "skipped" if report.skipped else "passed"
+
+
+def _cause(text: str) -> str:
+    """The first error line of a failure (``E   ...``), to group failures by cause."""
+    lines = text.strip().splitlines()
+    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+    return (errors[0] if errors else lines[-1] if lines else "")[:300]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    path = session.config.getoption("--ac-results")
+    if not path or hasattr(session.config, "workerinput"):
+        return
+    rows = [
+        {
+            "test": test,
+            "subject": subject,
+            "outcome": outcome,
+            "cause": _causes.get((test, subject)),
+        }
+        for (test, subject), outcome in sorted(_results.items())
+    ]
+    Path(path).write_text(json.dumps(rows, indent=1))
+
+
+# -- the comparison -------------------------------------------------------------------------------
+
+
+def compare(rows: list[dict[str, Any]], *, baseline: str | None) -> int:
+    """Print the failures per subject; 1 if one of ours fails where ``baseline`` passes (or,
+    without a baseline, fails at all)."""
+    failed: dict[str, dict[str, str]] = {}
+    ran: dict[str, set[str]] = {}
+    for row in rows:
+        ran.setdefault(row["subject"], set()).add(row["test"])
+        if row["outcome"] == "failed":
+            failed.setdefault(row["subject"], {})[row["test"]] = row["cause"] or ""
+    base = failed.get(baseline, {}) if baseline else {}
+    status = 0
+    for subject in sorted(ran):
+        if not subject:
+            continue
+        fails = failed.get(subject, {})
+        print(f"== {subject}: {len(ran[subject])} tests, {len(fails)} failed")
+        for test in sorted(fails):
+            extra = "" if subject == baseline or test in base else "   <- not failing on baseline"
+            print(f"   {test}{extra}\n      {fails[test][:200]}")
+        if subject.startswith(OURS):
+            new = sorted(set(fails) - set(base))
+            if new:
+                status = 1
+                print(f"   {len(new)} failure(s) of {subject} that {baseline or 'no run'} lacks")
+    unattached = failed.get("", {})
+    if unattached:
+        print(f"== tests on no checkpointer or session: {len(unattached)} failed (not compared)")
+        for test in sorted(unattached):
+            print(f"   {test}\n      {unattached[test][:200]}")
+    by_cause: dict[str, set[str]] = {}
+    for subject, fails in failed.items():
+        if subject.startswith(OURS):
+            for test, cause in fails.items():
+                if test not in base:
+                    by_cause.setdefault(_shape(cause), set()).add(subject)
+    if by_cause:
+        print("== distinct causes of our failures")
+        for cause, subjects in sorted(by_cause.items()):
+            print(f"   [{','.join(sorted(subjects))}] {cause}")
+    return status
+
+
+def _shape(cause: str) -> str:
+    """A cause without its particulars (quoted names, ids, addresses), to count causes."""
+    cause = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", cause)
+    return re.sub(r"0x[0-9a-f]+|\b[0-9a-f-]{8,}\b|\d+", "#", cause)[:160]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or argv[0] != "compare" or argv[2] not in ("baseline", "all-pass"):
+        print("usage: python -m support.framework_suites compare RESULTS.json baseline|all-pass")
+        return 2
+    rows = json.loads(Path(argv[1]).read_text())
+    return compare(rows, baseline=BASELINE if argv[2] == "baseline" else None)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
