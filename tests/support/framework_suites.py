@@ -308,6 +308,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 _results: dict[tuple[str, str], str] = {}  # (test, subject) -> outcome, in the controller
 _causes: dict[tuple[str, str], str] = {}
+_nodeids: dict[tuple[str, str], str] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -315,6 +316,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if "ac_test" not in props:
         return
     key = (props["ac_test"], props["ac_subject"])
+    _nodeids[key] = report.nodeid
     if report.failed:
         _results[key] = "failed"
         _causes.setdefault(key, _cause(str(report.longreprtext)))
@@ -339,6 +341,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             "subject": subject,
             "outcome": outcome,
             "cause": _causes.get((test, subject)),
+            "nodeid": _nodeids[test, subject],
         }
         for (test, subject), outcome in sorted(_results.items())
     ]
@@ -348,41 +351,82 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 # -- the comparison -------------------------------------------------------------------------------
 
 
-def compare(rows: list[dict[str, Any]], *, baseline: str | None) -> int:
-    """Print the failures per subject; 1 if one of ours fails where ``baseline`` passes (or,
-    without a baseline, fails at all)."""
-    failed: dict[str, dict[str, str]] = {}
+def _outcomes(runs: list[list[dict[str, Any]]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Each (test, subject)'s rows, first run first (a rerun holds only some tests)."""
+    rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        for row in run:
+            rows.setdefault((row["test"], row["subject"]), []).append(row)
+    return rows
+
+
+def _failures(
+    runs: list[list[dict[str, Any]]], baseline: str | None
+) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, str]], set[str]]:
+    """(consistent failures, intermittent ones: subject -> test -> cause; the tests the
+    baseline failed in any run)."""
+    always: dict[str, dict[str, str]] = {}
+    sometimes: dict[str, dict[str, str]] = {}
+    for (test, subject), rows in _outcomes(runs).items():
+        failed = [row for row in rows if row["outcome"] == "failed"]
+        if failed:
+            bucket = always if len(failed) == len(rows) else sometimes
+            bucket.setdefault(subject, {})[test] = failed[0]["cause"] or ""
+    base = set(always.get(baseline, {})) | set(sometimes.get(baseline, {})) if baseline else set()
+    return always, sometimes, base
+
+
+def rerun_list(runs: list[list[dict[str, Any]]], *, baseline: str | None) -> list[str]:
+    """The node ids to run again: each failure of ours the baseline lacks, and the baseline's
+    run of the same test."""
+    always, _, base = _failures(runs, baseline)
+    tests = {t for s, f in always.items() if s.startswith(OURS) for t in f if t not in base}
+    return sorted(
+        rows[0]["nodeid"]
+        for (test, subject), rows in _outcomes(runs).items()
+        if test in tests and (subject == baseline or test in always.get(subject, {}))
+    )
+
+
+def compare(runs: list[list[dict[str, Any]]], *, baseline: str | None) -> int:
+    """Print the failures per subject over a run and its reruns; 1 if one of ours failed in
+    every run a test that ``baseline`` passed in every run (without a baseline: any test).
+    A failure that passed on a rerun is listed as intermittent and does not fail."""
+    always, sometimes, base = _failures(runs, baseline)
     ran: dict[str, set[str]] = {}
-    for row in rows:
-        ran.setdefault(row["subject"], set()).add(row["test"])
-        if row["outcome"] == "failed":
-            failed.setdefault(row["subject"], {})[row["test"]] = row["cause"] or ""
-    base = failed.get(baseline, {}) if baseline else {}
+    for test, subject in _outcomes(runs):
+        ran.setdefault(subject, set()).add(test)
     status = 0
-    for subject in sorted(ran):
-        if not subject:
-            continue
-        fails = failed.get(subject, {})
-        print(f"== {subject}: {len(ran[subject])} tests, {len(fails)} failed")
-        for test in sorted(fails):
-            extra = "" if subject == baseline or test in base else "   <- not failing on baseline"
-            print(f"   {test}{extra}\n      {fails[test][:200]}")
-        if subject.startswith(OURS):
-            new = sorted(set(fails) - set(base))
-            if new:
-                status = 1
-                print(f"   {len(new)} failure(s) of {subject} that {baseline or 'no run'} lacks")
-    unattached = failed.get("", {})
+    for subject in sorted(s for s in ran if s):
+        fails, flaky = always.get(subject, {}), sometimes.get(subject, {})
+        print(f"== {subject}: {len(ran[subject])} tests, {len(fails)} failed", end="")
+        print(f", {len(flaky)} failed only in some runs" if flaky else "")
+        for test in sorted({*fails, *flaky}):
+            notes = (
+                [] if not baseline or subject == baseline or test in base else ["not on baseline"]
+            )
+            if test in flaky:
+                notes.append("passed on a rerun")
+            extra = f"   <- {'; '.join(notes)}" if notes else ""
+            print(f"   {test}{extra}\n      {(fails.get(test) or flaky[test])[:200]}")
+        new = sorted(set(fails) - base) if subject.startswith(OURS) else []
+        if new:
+            status = 1
+            print(
+                f"   {len(new)} failure(s) of {subject}"
+                + (f" that {baseline} lacks" if baseline else "")
+            )
+    unattached = {**sometimes.get("", {}), **always.get("", {})}
     if unattached:
         print(f"== tests on no checkpointer or session: {len(unattached)} failed (not compared)")
         for test in sorted(unattached):
             print(f"   {test}\n      {unattached[test][:200]}")
     by_cause: dict[str, set[str]] = {}
-    for subject, fails in failed.items():
-        if subject.startswith(OURS):
+    for bucket, how in ((always, ""), (sometimes, "intermittent: ")):
+        for subject, fails in bucket.items():
             for test, cause in fails.items():
-                if test not in base:
-                    by_cause.setdefault(_shape(cause), set()).add(subject)
+                if subject.startswith(OURS) and test not in base:
+                    by_cause.setdefault(how + _shape(cause), set()).add(subject)
     if by_cause:
         print("== distinct causes of our failures")
         for cause, subjects in sorted(by_cause.items()):
@@ -397,11 +441,22 @@ def _shape(cause: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3 or argv[0] != "compare" or argv[2] not in ("baseline", "all-pass"):
-        print("usage: python -m support.framework_suites compare RESULTS.json baseline|all-pass")
+    usage = (
+        "usage: python -m support.framework_suites compare|rerun-list baseline|all-pass"
+        " RESULTS.json [RERUN.json...]"
+    )
+    if len(argv) < 3 or argv[0] not in ("compare", "rerun-list"):
+        print(usage)
         return 2
-    rows = json.loads(Path(argv[1]).read_text())
-    return compare(rows, baseline=BASELINE if argv[2] == "baseline" else None)
+    if argv[1] not in ("baseline", "all-pass"):
+        print(usage)
+        return 2
+    baseline = BASELINE if argv[1] == "baseline" else None
+    runs = [json.loads(Path(path).read_text()) for path in argv[2:] if Path(path).exists()]
+    if argv[0] == "rerun-list":
+        print("\n".join(rerun_list(runs, baseline=baseline)))
+        return 0
+    return compare(runs, baseline=baseline)
 
 
 if __name__ == "__main__":
