@@ -249,8 +249,8 @@ def _make_session_fixture(backends: list[str]) -> Any:
 def pytest_configure(config: pytest.Config) -> None:
     savers = _names(config, "--ac-savers", {BASELINE, *(OURS + b for b in BACKENDS)})
     sessions = _names(config, "--ac-sessions", set(BACKENDS))
+    _shard(config)  # refused before anything runs
     config._ac_inject = {"savers": savers, "sessions": sessions}  # type: ignore[attr-defined]
-    config._ac_results = {}  # type: ignore[attr-defined]
 
 
 def pytest_collectstart(collector: pytest.Collector) -> None:
@@ -275,13 +275,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name = getattr(item, "originalname", item.name)
         if SESSION_FIXTURE in getattr(item, "fixturenames", ()) and name in SDK_EXCLUDED:
             item.add_marker(pytest.mark.skip(reason=f"inspects SQLite: {SDK_EXCLUDED[name]}"))
-    shard = config.getoption("--ac-shard")
+    shard = _shard(config)
     if shard:
-        i, _, n = str(shard).partition("/")
-        index, count = int(i), int(n)
-        kept = [it for k, it in enumerate(items) if k % count == index - 1]
-        config.hook.pytest_deselected(items=[it for it in items if it not in kept])
-        items[:] = kept
+        index, count = shard
+        config.hook.pytest_deselected(
+            items=[it for k, it in enumerate(items) if k % count != index - 1]
+        )
+        items[:] = [it for k, it in enumerate(items) if k % count == index - 1]
+
+
+def _shard(config: pytest.Config) -> tuple[int, int] | None:
+    shard = config.getoption("--ac-shard")
+    if not shard:
+        return None
+    match = re.fullmatch(r"(\d+)/(\d+)", str(shard))
+    if not match or not 1 <= int(match[1]) <= int(match[2]):
+        raise pytest.UsageError(f"--ac-shard: {shard!r} is not i/n with 1 <= i <= n")
+    return int(match[1]), int(match[2])
 
 
 def _subject(item: pytest.Item) -> tuple[str, str]:
@@ -293,8 +303,11 @@ def _subject(item: pytest.Item) -> tuple[str, str]:
             subject = str(params.pop(name))
             if name == SESSION_FIXTURE:
                 subject = OURS + subject
+    if not subject:
+        return subject, item.nodeid
     rest = ",".join(f"{k}={params[k]}" for k in sorted(params))
-    return subject, f"{item.nodeid.partition('[')[0]}[{rest}]" if rest else item.nodeid
+    bare = item.nodeid.partition("[")[0]
+    return subject, f"{bare}[{rest}]" if rest else bare
 
 
 @pytest.hookimpl(wrapper=True)
