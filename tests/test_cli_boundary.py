@@ -88,7 +88,9 @@ def test_a_wrong_database_fails_in_one_line_without_the_pools_log() -> None:
     if "does not exist" not in output:
         pytest.skip(f"postgres is not running: {output}")
     assert code == 3
-    assert output.count("\n") == 1 and output.startswith("agent-checkpoint: error: postgres: listing the store failed")
+    assert output.count("\n") == 1 and output.startswith(
+        "agent-checkpoint: error: postgres: listing the store failed"
+    )
     code, output = cli("-v", "ls", "--store", f"{base}/ac_no_such_database")
     assert "agent-checkpoint: log: psycopg.pool: error connecting" in output  # -v lets it through
 

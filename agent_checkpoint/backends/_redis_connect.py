@@ -81,6 +81,7 @@ def misconfigured(exc: BaseException) -> bool:
     which no retry mends."""
     return "DB index is out of range" in str(exc)
 
+
 DEFAULT_SOCKET_TIMEOUT = 10.0
 """Seconds redis-py waits for a reply unless the URL or the caller sets ``socket_timeout``."""
 
