@@ -145,6 +145,9 @@ class SqliteBackend:
                 args.append(value)
         if query.failed is not None:
             where.append(f"failure_phase IS {'NOT ' if query.failed else ''}NULL")
+        if query.prefix is not None:  # every character literal: no LIKE, no GLOB
+            where.append("substr(key, 1, ?) = ?")
+            args += [len(query.prefix), query.prefix]
         direction = "ASC" if query.oldest_first else "DESC"
         if query.after is not None:  # strictly after (saved_at, key) in the listing's order
             saved, key = query.after

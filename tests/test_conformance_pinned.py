@@ -150,7 +150,7 @@ CASES: list[tuple[type[Toy], str, str]] = [  # mutant, the test that catches it,
     (
         OldestTiesByKeyDescending,
         "test_scan_orders_ties_of_saved_at_by_key_ascending_both_ways",
-        r"oldest_first=True\) listed \['d', 'c', 'b', 'a', 'e'\]",
+        r"oldest_first=True, prefix=None\) listed \['d', 'c', 'b', 'a', 'e'\]",
     ),
     (OldestTiesByKeyDescending, "test_retention_forgets_ties_in_key_order", "not d and a"),
     (ScanPastLimit, "test_scan_returns_at_most_limit_summaries", r"limit=1, .* listed \['e', 'a'"),
