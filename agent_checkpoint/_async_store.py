@@ -4,9 +4,20 @@ It is the ``Store`` itself, run through the bridge of ``_bridge.py``: every meth
 same method of a ``Store``, so planning, encoding, the segment layer, conflict rules, errors and
 the retry policy are the Store's own (its retry waits on the loop's clock). On Redis and
 PostgreSQL the I/O is the drivers' asyncio API (``redis.asyncio``, psycopg's
-``AsyncConnectionPool``), awaited by the loop; the disk, memory, S3 and fsspec backends, whose
-drivers block, run on a bounded thread pool of the store's own (``threads=``). Neither holds a
-lock across calls: concurrent tasks run concurrently, up to the backend's connection pool.
+``AsyncConnectionPool``), run on the process's home loop (``_home.py``) whatever loop awaits
+the store; the disk, memory, S3 and fsspec backends, whose drivers block, run on a bounded
+thread pool (``threads=``), awaited from any loop. Neither holds a lock across calls:
+concurrent tasks run concurrently, up to the backend's connection pool.
+
+One ``AsyncStore`` serves every loop and thread at once: a request loop, ``asyncio.run`` in
+worker threads, the frameworks' sync wrappers. Nothing in it belongs to a loop: it opens once,
+in a thread of its own, into a future any loop can await (``_ready``); the drivers' pools live
+on the home loop; a thread pool is awaited from any loop. An asyncio client you pass
+(``client=``) is yours and bound to your loop: its calls stay on the loop that awaits them.
+
+``open_async_store`` takes its backend (with its pool and runner) from the process's shared
+backends (``_shared.py``): async stores of one URL and backend options share one pool, and
+``close()``, or the garbage collection of a store never closed, gives back only its share.
 
 Cancelling a call cancels its I/O where the driver is async (the write stops at an await: the
 record holds its old or its new revision, and a piece written before the commit is an orphan
@@ -20,19 +31,19 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
+from concurrent.futures import Future
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    import asyncio
-
-from ._bridge import Bridge, Threads, off_loop
+from ._bridge import Bridge, Threads
 from ._claims import Claim, Lease
 from ._container import Compression, Keyring
 from ._envelope import Envelope
 from ._migrations import Migrations
-from ._store import Store, check_options, store_on, store_url
+from ._shared import acquire, key_for
+from ._store import Store, check_options, hold, store_on, store_url
 from ._store_types import RetryPolicy, check_count
 from .backends import open_backend, route
 from .backends._base import Record, Summary
@@ -103,11 +114,12 @@ class AsyncStore(_Closing):
 
     def __init__(self, opener: Callable[[], tuple[Store, _Runner]]) -> None:
         self._opener = opener
-        self._opening: asyncio.Future[tuple[Store, _Runner]] | None = None
+        self._lock = threading.Lock()  # never held across an await: guards _opening only
+        self._opening: Future[tuple[Store, _Runner]] | None = None
         self._store: Store | None = None
         self._runner: _Runner | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None  # the one it opened on
         self._closed = False
+        self._owns_runner = False  # over(): the threads are this store's alone
 
     async def open(self) -> AsyncStore:
         """Open the store now (the first call would); idempotent. Raises what opening the
@@ -122,22 +134,42 @@ class AsyncStore(_Closing):
             raise StoreClosedError("this AsyncStore was closed before it opened")
         import asyncio  # not at import time: see _bridge.py
 
-        if self._opening is None:
-            self._opening = asyncio.ensure_future(off_loop(self._opener))
+        # Opening runs in a thread of its own, into a future that is no loop's: every loop
+        # that awaits the store meanwhile waits for the same opening.
+        with self._lock:
+            opening = self._opening
+            if opening is None:
+                opening = self._opening = Future()
+                threading.Thread(
+                    target=self._open, args=(opening,), name="agent-checkpoint-open", daemon=True
+                ).start()
         try:
-            store, runner = await asyncio.shield(self._opening)
-        except Exception:
-            self._opening = None  # the next call tries again
+            opened = await asyncio.shield(asyncio.wrap_future(opening))
+        except asyncio.CancelledError:
             raise
+        except Exception:
+            with self._lock:
+                if self._opening is opening:
+                    self._opening = None  # the next call tries again
+            raise
+        return opened
+
+    def _open(self, opening: Future[tuple[Store, _Runner]]) -> None:
+        try:
+            store, runner = self._opener()
+        except BaseException as exc:
+            opening.set_exception(exc)
+            return
         self._store, self._runner = store, runner
-        self._loop = asyncio.get_running_loop()
-        return store, runner
+        opening.set_result((store, runner))
 
     @classmethod
     def over(cls, store: Store, *, threads: int = DEFAULT_THREADS) -> AsyncStore:
         """An ``AsyncStore`` that runs a ``Store`` you already have on ``threads`` threads of
         its own (never the loop's default executor). Closing it closes ``store``."""
-        return cls(lambda: (store, Threads(threads)))
+        made = cls(lambda: (store, Threads(threads)))
+        made._owns_runner = True
+        return made
 
     async def call(
         self, fn: Callable[Concatenate[Store, P], R], *args: P.args, **kwargs: P.kwargs
@@ -218,36 +250,23 @@ class AsyncStore(_Closing):
     claims = _awaiting(Store.claims)
 
     async def close(self) -> None:
-        """Close the store and its connections; idempotent."""
-        if self._store is None and self._opening is not None:
+        """Close the store; idempotent. A store opened from a URL shares its backend with the
+        process's other stores of that URL and options (``_shared.py``): closing releases
+        this store's reference, and the backend closes with its last one."""
+        opening = self._opening
+        if self._store is None and opening is not None:
             with contextlib.suppress(Exception):  # opening failed: nothing to close
                 await self._ready()
         self._closed = True
-        if self._store is None or self._runner is None:
+        store, runner = self._store, self._runner
+        if store is None or runner is None:
             return
-        import asyncio  # not at import time: see _bridge.py
-
-        opened_on = self._loop
         try:
-            if (
-                isinstance(self._runner, Bridge)
-                and opened_on is not None
-                and opened_on is not asyncio.get_running_loop()
-                and opened_on.is_closed()
-            ):
-                # The asyncio drivers' pools belong to the loop the store opened on, closed
-                # since: their tasks and connections cannot be closed on this one (psycopg's
-                # pool then raises CancelledError on Python 3.13, RuntimeError before).
-                return
-            await self._runner.run(self._store.close)
-        except RuntimeError as exc:
-            # Connections an asyncio driver made on an event loop closed since (a store used
-            # across asyncio.run() calls) cannot be closed on this one; closing the loop
-            # already dropped their transports' callbacks, and their sockets close when freed.
-            if str(exc) != "Event loop is closed":
-                raise
+            if not store.closed:
+                await runner.run(store.close)
         finally:
-            self._runner.close()
+            if self._owns_runner:
+                runner.close()
 
     async def _exit(self) -> None:
         await self.close()
@@ -310,35 +329,61 @@ def open_async_store(
 
     def opener() -> tuple[Store, _Runner]:
         module, _, name = entry.target.partition(":")
-        native = _native(module, name, url, backend_options)
-        runner: _Runner
+        native = _native(module, name)
+        key: Hashable | None
         if native is not None:
-            limit = getattr(native, "max_connections", None) or DEFAULT_CONCURRENCY
-            if limit >= 2**16:  # a client of yours whose pool is unbounded: a bound of ours
-                limit = DEFAULT_CONCURRENCY
-            backend, runner = native, Bridge(limit)
+            key = key_for("asyncio", url, backend_options)
+
+            def make() -> tuple[tuple[Any, _Runner], Callable[[], None], Any]:
+                backend = native(url, **backend_options)
+                limit = getattr(backend, "max_connections", None) or DEFAULT_CONCURRENCY
+                if limit >= 2**16:  # a client of yours whose pool is unbounded: a bound of ours
+                    limit = DEFAULT_CONCURRENCY
+                # a client of yours belongs to your loop: its calls stay there
+                bridge = Bridge(limit, at_home=backend_options.get("client") is None)
+                return (backend, bridge), backend.close, bridge
+
         else:
-            backend = open_backend(url, create=create, **backend_options)
-            runner = Threads(threads)
-        store = store_on(
-            backend,
-            retry,
-            max_record_bytes,
-            keyring=keyring,
-            compress=compress,
-            migrations=migrations,
-        )
+            key = key_for("threads", url, backend_options, create, threads)
+
+            def make() -> tuple[tuple[Any, _Runner], Callable[[], None], Any]:
+                backend = open_backend(url, create=create, **backend_options)
+                runner = Threads(threads)
+
+                def close() -> None:
+                    try:
+                        backend.close()
+                    finally:
+                        runner.close()
+
+                return (backend, runner), close, None
+
+        lease = acquire(key, make)
+        backend, runner = lease.value
+        try:
+            store = store_on(
+                backend,
+                retry,
+                max_record_bytes,
+                keyring=keyring,
+                compress=compress,
+                migrations=migrations,
+            )
+        except BaseException:
+            lease.close()
+            raise
+        hold(store, lease)
         return store, runner
 
     return AsyncStore(opener)
 
 
-def _native(module: str, name: str, url: str, options: dict[str, Any]) -> Any:
-    """The backend with an asyncio driver for ``url``, where its class offers one
-    (``from_url_async``), else ``None``."""
+def _native(module: str, name: str) -> Callable[..., Any] | None:
+    """``from_url_async`` of the backend class for a scheme, where it has an asyncio driver,
+    else ``None``."""
     try:
         cls = getattr(importlib.import_module(module), name)
     except ImportError:
         return None  # open_backend names the extra to install
     make = getattr(cls, "from_url_async", None)
-    return make(url, **options) if callable(make) else None
+    return make if callable(make) else None

@@ -5,7 +5,8 @@ once, as plain functions that call a backend. ``AsyncStore`` runs that same code
 loop, in a greenlet, as SQLAlchemy's asyncio extension runs its ORM: where the code reaches a
 backend whose driver is asyncio-native (``redis.asyncio``, psycopg's async pool), the driver's
 coroutine is handed to the loop (``await_only``) and the greenlet resumes with its result, so
-the loop serves other tasks meanwhile and nothing blocks it. A backend without an async driver
+the loop serves other tasks meanwhile and nothing blocks it. That loop is the process's home
+loop (``_home.py``), whichever loop awaits the ``AsyncStore``: the drivers' pools belong to it. A backend without an async driver
 (disk, memory, S3 on boto3, fsspec) runs the same code on a bounded thread pool of the store's
 own instead (``Threads``), never on the loop's default executor.
 
@@ -27,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
+from ._home import on_home
 from .errors import MissingDependencyError
 
 if TYPE_CHECKING:
@@ -62,12 +64,15 @@ def _bridged_class() -> Any:
     return _BRIDGED
 
 
-def _serve(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """A worker greenlet's life: run a call, hand its parent ``_DONE`` (the outcome is on the
-    worker), wait for the next call. Reused, as making a greenlet costs ~9 us: more than the
-    rest of a bridged call's own work."""
+def _serve() -> None:
+    """A worker greenlet's life: wait for a call, run it, hand its parent ``_DONE`` (the
+    outcome is on the worker), again. Reused, as making a greenlet costs ~9 us: more than the
+    rest of a bridged call's own work. A call comes by ``switch``, never as the greenlet's
+    first arguments: greenlet keeps those alive as long as the worker, and a worker outlives
+    the stores whose calls it runs (a shared backend's ``Bridge`` serves many)."""
     me = _greenlet().getcurrent()
     while True:
+        fn, args, kwargs = me.parent.switch(_DONE)
         try:
             me.result = fn(*args, **kwargs)
         except _greenlet().GreenletExit:  # the worker itself is being discarded
@@ -75,7 +80,6 @@ def _serve(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
         except BaseException as exc:
             me.error = exc
         del fn, args, kwargs  # an idle worker keeps nothing of its last call alive
-        fn, args, kwargs = me.parent.switch(_DONE)
 
 
 def bridged() -> bool:
@@ -136,20 +140,28 @@ async def off_loop(fn: Callable[[], T]) -> T:
 
 
 class Bridge:
-    """Runs the store's code in a greenlet on the running loop (see the module docstring; a
-    worker greenlet serves one call after another), ``limit`` calls at a time: as many as the
-    backend has connections. A call past them waits here, before its own work (encoding a
+    """Runs the store's code in a greenlet on the home loop of ``_home.py``, whatever loop
+    awaits it (see the module docstring; a worker greenlet serves one call after another),
+    ``limit`` calls at a time: as many as the backend has connections. A call past them waits here, before its own work (encoding a
     checkpoint, planning a write) takes the loop: a thousand tasks that put at once then never
     fill one turn of the loop with a thousand encodings while all but ``limit`` of them would
     only wait for a connection."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, *, at_home: bool = True) -> None:
         self.limit = limit
+        self.at_home = at_home
+        """``False``: on the loop that awaits it, for an asyncio client of the caller's own
+        (``client=``), which belongs to the caller's loop."""
         self._slots: asyncio.Semaphore | None = None
         self._idle: list[Any] = []  # worker greenlets between calls
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        if self._slots is None:
+        if not self.at_home:
+            return await self._bounded(fn, args, kwargs)
+        return await on_home(lambda: self._bounded(fn, args, kwargs))
+
+    async def _bounded(self, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+        if self._slots is None:  # made on the one loop it is used on
             import asyncio
 
             self._slots = asyncio.Semaphore(self.limit)
@@ -184,6 +196,7 @@ class Bridge:
                 return worker
         worker = _bridged_class()(_serve, current)
         worker.result = worker.error = None
+        worker.switch()  # to its wait for a call
         return worker
 
     async def awaited(self, awaitable: Awaitable[T]) -> T:

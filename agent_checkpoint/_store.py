@@ -27,6 +27,7 @@ from ._migrations import DEFAULT as DEFAULT_MIGRATIONS
 from ._migrations import Migrations
 from ._model import Json, RunCheckpoint, now_ms
 from ._segments import Collecting, Segmented
+from ._shared import Lease, acquire, key_for, track
 from ._store_types import (
     MAX_KEY_LENGTH,
     MAX_PAGE,
@@ -112,6 +113,8 @@ class Store:
         self.retry = retry or RetryPolicy()
         self._clock = clock
         self._closed = False
+        self._lease: Lease | None = None  # the shared backend's reference (_shared.py)
+        self._dropped: Callable[[], Any] | None = None
         # what every read and write goes through: the store-side segment layer over the
         # backend (it keeps growing histories in pieces: _segments.py), where the backend
         # has namespaces for them; without, every put writes the whole record
@@ -406,7 +409,14 @@ class Store:
         """Close the backend (its connections, pools and threads; injected clients stay
         open). Idempotent. Every later operation raises ``StoreClosedError``."""
         self._closed = True
-        self.backend.close()
+        lease, self._lease = self._lease, None
+        if lease is None:
+            if self._dropped is None:  # not from open_store: the backend is this store's
+                self.backend.close()
+            return
+        if self._dropped is not None:
+            self._dropped.detach()  # type: ignore[attr-defined]
+        lease.close()
 
     @property
     def closed(self) -> bool:
@@ -633,20 +643,44 @@ def open_store(
     ``keyring`` encrypts new records (AES-256-GCM) and opens old ones; ``compress="zlib"``
     compresses them; either wraps records in the container of ``_container.py``.
     ``backend_options`` go to the backend (``prefix=``, ``schema=``, a ready ``client=``...).
+
+    Stores opened from the same URL and backend options in one process share one backend and
+    its pool (``_shared.py``; not for ``memory://`` or a ``client=`` of yours): ``close()``
+    gives back this store's share, and the backend closes with the last one; a store dropped
+    without ``close()`` gives its share back when it is garbage collected.
     """
     url = store_url(url)
     check_options(
         create=create, migrations=migrations, retry=retry, max_record_bytes=max_record_bytes
     )
-    backend = open_backend(url, create=create, **backend_options)
-    return store_on(
-        backend,
-        retry,
-        max_record_bytes,
-        keyring=keyring,
-        compress=compress,
-        migrations=migrations,
-    )
+    key = key_for("sync", url, backend_options, create)
+
+    def make() -> tuple[Backend, Callable[[], None], None]:
+        backend = open_backend(url, create=create, **backend_options)
+        return backend, backend.close, None
+
+    lease = acquire(key, make)
+    try:
+        store = store_on(
+            lease.value,
+            retry,
+            max_record_bytes,
+            keyring=keyring,
+            compress=compress,
+            migrations=migrations,
+        )
+    except BaseException:
+        lease.close()
+        raise
+    return hold(store, lease)
+
+
+def hold(store: Store, lease: Lease) -> Store:
+    """``store`` holds ``lease`` on its shared backend: its ``close()`` releases it, as does
+    its garbage collection when it is dropped open (see ``_shared.py``)."""
+    store._lease = lease
+    store._dropped = track(store, lease)
+    return store
 
 
 def store_url(url: str | os.PathLike[str] | None) -> str:

@@ -4,7 +4,8 @@ cancellation) is tested here with real tasks."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Coroutine, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from support.closed_port import refused_port
 from support.store_urls import store_url
 
 from agent_checkpoint._async_store import open_async_store
+from agent_checkpoint._home import home
 from agent_checkpoint.testing import (
     BlockingStore,
     ClaimsConformance,
@@ -61,13 +63,18 @@ class TestAsyncStore(StoreConformance, ClaimsConformance, EncryptionConformance)
         )
 
 
+def on_driver_loop(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Run a coroutine of a driver's pool on the loop the pool lives on (``_home.py``)."""
+    return asyncio.run_coroutine_threadsafe(coroutine, home()).result()
+
+
 @contextmanager
 def refusing_redis(store: Any, backend: Any) -> Iterator[None]:
     pool = backend._client.target.connection_pool
     port = pool.connection_kwargs["port"]
     with refused_port() as closed:
         pool.connection_kwargs["port"] = closed
-        store._loop.run(pool.disconnect())
+        on_driver_loop(pool.disconnect())
         pool.reset()
         try:
             yield
@@ -82,7 +89,7 @@ def refusing_postgres(store: Any, backend: Any) -> Iterator[None]:
     conninfo, timeout = pool.conninfo, pool.timeout
     with refused_port() as port:
         pool.conninfo, pool.timeout = make_conninfo(conninfo, port=port), 0.5
-        store._loop.run(pool.drain())
+        on_driver_loop(pool.drain())
         try:
             yield
         finally:
