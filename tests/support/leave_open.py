@@ -2,7 +2,7 @@
 every one of them open when it ends: sync stores, async stores awaited from the main loop and
 from ``asyncio.run`` in threads, and Agents SDK sessions made from a URL. Run as::
 
-    python -m support.leave_open POSTGRES_URL REDIS_URL [ROUNDS]
+    python -m support.leave_open URL [URL...] [ROUNDS]
 
 It prints ``done`` as its last act; the process must then exit, on its own.
 """
@@ -23,7 +23,7 @@ def item(n: int) -> RunCheckpoint:
 
 
 def main(argv: Sequence[str]) -> int:
-    urls, rounds = argv[:2], int(argv[2]) if len(argv) > 2 else 20
+    urls, rounds = (argv[:-1], int(argv[-1])) if argv[-1].isdigit() else (argv, 20)
     kept: list[object] = []
     for url in urls:
         store = open_store(url)
