@@ -158,19 +158,28 @@ class Bridge:
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         if not self.at_home:
             return await self._bounded(fn, args, kwargs)
-        return await on_home(lambda: self._bounded(fn, args, kwargs))
+        from ._caller import caller_frame  # not at import time: it imports asyncio
 
-    async def _bounded(self, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+        # the caller's line, for a warning the call gives on the home loop's thread
+        called_from = caller_frame()
+        return await on_home(lambda: self._bounded(fn, args, kwargs, called_from))
+
+    async def _bounded(
+        self, fn: Callable[..., T], args: Any, kwargs: Any, called_from: Any = None
+    ) -> T:
         if self._slots is None:  # made on the one loop it is used on
             import asyncio
 
             self._slots = asyncio.Semaphore(self.limit)
         async with self._slots:
-            return await self._run(fn, args, kwargs)
+            return await self._run(fn, args, kwargs, called_from)
 
-    async def _run(self, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+    async def _run(
+        self, fn: Callable[..., T], args: Any, kwargs: Any, called_from: Any = None
+    ) -> T:
         worker = self._worker()
         worker.gr_context = None  # each call starts in an empty context, as a new greenlet
+        worker.called_from = called_from
         outcome = worker.switch(fn, args, kwargs)
         while outcome is not _DONE:
             try:
@@ -180,7 +189,7 @@ class Bridge:
             else:
                 outcome = worker.switch(value)
         result, error = worker.result, worker.error
-        worker.result = worker.error = None
+        worker.result = worker.error = worker.called_from = None
         self._idle.append(worker)
         if error is not None:
             raise error
@@ -195,7 +204,7 @@ class Bridge:
             if worker.parent is current:
                 return worker
         worker = _bridged_class()(_serve, current)
-        worker.result = worker.error = None
+        worker.result = worker.error = worker.called_from = None
         worker.switch()  # to its wait for a call
         return worker
 

@@ -15,7 +15,7 @@ import sys
 import warnings
 from types import FrameType
 
-__all__ = ["warn_caller"]
+__all__ = ["caller_frame", "warn_caller"]
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _ASYNCIO = os.path.dirname(os.path.abspath(asyncio.__file__)) + os.sep
@@ -36,10 +36,20 @@ def _caller(frame: FrameType | None) -> FrameType | None:
     current = None if greenlets is None else greenlets.getcurrent()
     while frame is not None and _ours(frame):
         frame = frame.f_back
-        if frame is None and current is not None and current.parent is not None:
-            current = current.parent  # suspended in its switch into the greenlet below it
-            frame = current.gr_frame
+        if frame is None and current is not None:
+            called_from: FrameType | None = getattr(current, "called_from", None)
+            if called_from is not None:  # a call run on the home loop (_home.py)
+                return called_from
+            if current.parent is not None:
+                current = current.parent  # suspended in its switch into the greenlet below it
+                frame = current.gr_frame
     return frame
+
+
+def caller_frame() -> FrameType | None:
+    """The frame of the caller's program that made the running call, for a call that runs on
+    in another thread (``Bridge``): its line is where that frame waits."""
+    return _caller(sys._getframe(1))
 
 
 def warn_caller(message: str, category: type[Warning]) -> None:

@@ -117,19 +117,18 @@ async def on_home(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
     loop.call_soon_threadsafe(start)
     cancelled: asyncio.CancelledError | None = None
-    while True:
+    while not done.done():
         try:
-            result = await asyncio.shield(done)
-        except asyncio.CancelledError as exc:
-            if not done.done():  # the caller was cancelled: stop the call, wait until it has
-                if cancelled is None:
-                    loop.call_soon_threadsafe(cancel)
-                cancelled = cancelled or exc
-                continue
-            raise
-        if cancelled is not None:
-            raise cancelled
-        return result
+            await asyncio.wait({done})
+        except asyncio.CancelledError as exc:  # the caller: stop the call, wait until it has
+            if cancelled is None:
+                loop.call_soon_threadsafe(cancel)
+            cancelled = cancelled or exc
+    if cancelled is not None:
+        if not done.cancelled():
+            done.exception()  # retrieved: the caller hears of its cancellation instead
+        raise cancelled
+    return done.result()
 
 
 def run_at_home(make: Callable[[], Coroutine[Any, Any, Any]], wait: float | None) -> None:

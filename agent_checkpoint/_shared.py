@@ -35,7 +35,7 @@ from typing import Any
 from . import _home
 from ._bridge import bridged
 
-__all__ = ["POOL_WARNING", "Lease", "Shared", "acquire", "key_for", "live"]
+__all__ = ["POOL_WARNING", "Lease", "Shared", "acquire", "adopt", "key_for", "live", "track"]
 
 POOL_WARNING = 8
 """Distinct live shared backends past which a process is warned (once) that it opens too many."""
@@ -147,15 +147,12 @@ def key_for(kind: str, url: str, options: dict[str, Any], *extra: Hashable) -> H
 
 
 def acquire(
-    key: Hashable | None,
+    key: Hashable,
     make: Callable[[], tuple[Any, Callable[[], None], Any]],
 ) -> Lease:
     """A reference to the shared backend under ``key``, made by ``make()`` (returning the
     value, its closer and the ``Bridge`` the closer runs in, or ``None``) when there is none,
-    or none still open. ``key`` ``None``: a backend of the caller's own, closed with its one
-    lease."""
-    if key is None:
-        return Lease(Shared(None, *make(), refs=1))
+    or none still open."""
     with _lock:
         found = _live.get(key)
         if found is not None and not _closed(found):
@@ -174,10 +171,25 @@ def acquire(
     return Lease(found)
 
 
+def adopt(backend: object) -> Lease | None:
+    """A new reference to the shared backend that ``backend`` is, or ``None`` when it is not
+    one (a ``Store`` built on ``open_store(url).backend`` then keeps it open, as the store it
+    was taken from may be dropped)."""
+    with _lock:
+        for entry in _live.values():
+            if _backend_of(entry) is backend and not _closed(entry):
+                entry.refs += 1
+                return Lease(entry)
+    return None
+
+
+def _backend_of(entry: Shared) -> Any:
+    return entry.value[0] if isinstance(entry.value, tuple) else entry.value
+
+
 def _closed(entry: Shared) -> bool:
     """Closed, here or directly (``store.backend.close()``): an opening gets a new one."""
-    backend = entry.value[0] if isinstance(entry.value, tuple) else entry.value
-    return entry.closed or getattr(backend, "closed", False) is True
+    return entry.closed or getattr(_backend_of(entry), "closed", False) is True
 
 
 def _warn_if_many() -> None:

@@ -27,7 +27,7 @@ from ._migrations import DEFAULT as DEFAULT_MIGRATIONS
 from ._migrations import Migrations
 from ._model import Json, RunCheckpoint, now_ms
 from ._segments import Collecting, Segmented
-from ._shared import Lease, acquire, key_for, track
+from ._shared import Lease, acquire, adopt, key_for, track
 from ._store_types import (
     MAX_KEY_LENGTH,
     MAX_PAGE,
@@ -115,6 +115,9 @@ class Store:
         self._closed = False
         self._lease: Lease | None = None  # the shared backend's reference (_shared.py)
         self._dropped: Callable[[], Any] | None = None
+        shared = adopt(backend)
+        if shared is not None:
+            hold(self, shared)
         # what every read and write goes through: the store-side segment layer over the
         # backend (it keeps growing histories in pieces: _segments.py), where the backend
         # has namespaces for them; without, every put writes the whole record
@@ -659,9 +662,18 @@ def open_store(
         backend = open_backend(url, create=create, **backend_options)
         return backend, backend.close, None
 
+    if key is None:  # not shared: the store's own backend, closed with it
+        return store_on(
+            open_backend(url, create=create, **backend_options),
+            retry,
+            max_record_bytes,
+            keyring=keyring,
+            compress=compress,
+            migrations=migrations,
+        )
     lease = acquire(key, make)
     try:
-        store = store_on(
+        return store_on(
             lease.value,
             retry,
             max_record_bytes,
@@ -669,10 +681,8 @@ def open_store(
             compress=compress,
             migrations=migrations,
         )
-    except BaseException:
-        lease.close()
-        raise
-    return hold(store, lease)
+    finally:
+        lease.close()  # the store holds a lease of its own (``Store.__init__``)
 
 
 def hold(store: Store, lease: Lease) -> Store:
