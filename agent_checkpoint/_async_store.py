@@ -43,7 +43,7 @@ from ._container import Compression, Keyring
 from ._envelope import Envelope
 from ._migrations import Migrations
 from ._shared import acquire, key_for
-from ._store import Store, check_options, store_on, store_url
+from ._store import Store, check_options, hold, store_on, store_url
 from ._store_types import RetryPolicy, check_count
 from .backends import open_backend, route
 from .backends._base import Record, Summary
@@ -265,7 +265,7 @@ class AsyncStore(_Closing):
             if not store.closed:
                 await runner.run(store.close)
         finally:
-            if self._owns_runner or store._lease is None:  # not the shared backend's runner
+            if self._owns_runner or not store._shares:  # not the shared backend's runner
                 runner.close()
 
     async def _exit(self) -> None:
@@ -379,9 +379,10 @@ def open_async_store(
                 compress=compress,
                 migrations=migrations,
             )
-        finally:
-            lease.close()  # the store holds a lease of its own (``Store.__init__``)
-        return store, runner
+        except BaseException:
+            lease.close()
+            raise
+        return hold(store, lease), runner
 
     return AsyncStore(opener)
 

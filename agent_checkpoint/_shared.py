@@ -35,7 +35,7 @@ from typing import Any
 from . import _home
 from ._bridge import bridged
 
-__all__ = ["POOL_WARNING", "Lease", "Shared", "acquire", "adopt", "key_for", "live", "track"]
+__all__ = ["POOL_WARNING", "Lease", "Shared", "acquire", "borrow", "key_for", "live", "track"]
 
 POOL_WARNING = 8
 """Distinct live shared backends past which a process is warned (once) that it opens too many."""
@@ -54,6 +54,7 @@ class Shared:
     bridge: Any = None
     """The ``Bridge`` its closer must run in (an asyncio driver's backend), else ``None``."""
     refs: int = 0
+    borrowers: int = 0
     closed: bool = field(default=False)
 
     def close(self) -> None:
@@ -95,34 +96,40 @@ _warned = False
 
 class Lease:
     """One reference to a shared backend; ``release()`` gives it back (once), and returns the
-    ``Shared`` to close when it was the last one."""
+    ``Shared`` to close when it was the last one. A borrowed lease (``borrow``) is a ``Store``
+    built on the backend itself: it keeps a backend its owners dropped from being closed by
+    the garbage collector, but an owner's explicit ``close()`` closes it all the same."""
 
-    __slots__ = ("__weakref__", "_entry", "_released")
+    __slots__ = ("__weakref__", "_entry", "_released", "borrowed")
 
-    def __init__(self, entry: Shared) -> None:
+    def __init__(self, entry: Shared, *, borrowed: bool = False) -> None:
         self._entry = entry
         self._released = False
+        self.borrowed = borrowed
 
     @property
     def value(self) -> Any:
         return self._entry.value
 
-    def release(self) -> Shared | None:
+    def release(self, *, closing: bool = False) -> Shared | None:
         with _lock:
             if self._released:
                 return None
             self._released = True
             entry = self._entry
+            if self.borrowed:
+                entry.borrowers -= 1
+                return entry if entry.refs <= 0 and entry.borrowers <= 0 else None
             entry.refs -= 1
             if entry.refs > 0:
                 return None
             if _live.get(entry.key) is entry:
                 del _live[entry.key]
-            return entry
+            return entry if closing or entry.borrowers <= 0 else None
 
     def close(self) -> None:
-        """Release; close the backend here if this was its last reference."""
-        last = self.release()
+        """Release; close the backend here if this was its last owner."""
+        last = self.release(closing=True)
         if last is not None:
             last.close()
 
@@ -171,15 +178,14 @@ def acquire(
     return Lease(found)
 
 
-def adopt(backend: object) -> Lease | None:
-    """A new reference to the shared backend that ``backend`` is, or ``None`` when it is not
-    one (a ``Store`` built on ``open_store(url).backend`` then keeps it open, as the store it
-    was taken from may be dropped)."""
+def borrow(backend: object) -> Lease | None:
+    """A borrowed lease (see ``Lease``) on the shared backend that ``backend`` is, or ``None``
+    when it is not one."""
     with _lock:
         for entry in _live.values():
             if _backend_of(entry) is backend and not _closed(entry):
-                entry.refs += 1
-                return Lease(entry)
+                entry.borrowers += 1
+                return Lease(entry, borrowed=True)
     return None
 
 
@@ -229,6 +235,8 @@ def _close_all() -> None:
 def _forget_in_child() -> None:
     global _lock, _warned
     _lock, _warned = threading.RLock(), False
+    for entry in _live.values():
+        entry.closed = True  # the parent's connections: never closed (or used) from here
     _live.clear()
 
 

@@ -27,7 +27,7 @@ from ._migrations import DEFAULT as DEFAULT_MIGRATIONS
 from ._migrations import Migrations
 from ._model import Json, RunCheckpoint, now_ms
 from ._segments import Collecting, Segmented
-from ._shared import Lease, acquire, adopt, key_for, track
+from ._shared import Lease, acquire, borrow, key_for, track
 from ._store_types import (
     MAX_KEY_LENGTH,
     MAX_PAGE,
@@ -115,9 +115,10 @@ class Store:
         self._closed = False
         self._lease: Lease | None = None  # the shared backend's reference (_shared.py)
         self._dropped: Callable[[], Any] | None = None
-        shared = adopt(backend)
-        if shared is not None:
-            hold(self, shared)
+        self._shares = False  # on a shared backend: closing gives its share back
+        borrowed = borrow(backend)
+        if borrowed is not None:
+            self._lease, self._dropped = borrowed, track(self, borrowed)
         # what every read and write goes through: the store-side segment layer over the
         # backend (it keeps growing histories in pieces: _segments.py), where the backend
         # has namespaces for them; without, every put writes the whole record
@@ -413,13 +414,15 @@ class Store:
         open). Idempotent. Every later operation raises ``StoreClosedError``."""
         self._closed = True
         lease, self._lease = self._lease, None
-        if lease is None:
-            if self._dropped is None:  # not from open_store: the backend is this store's
-                self.backend.close()
-            return
         if self._dropped is not None:
             self._dropped.detach()  # type: ignore[attr-defined]
-        lease.close()
+        if lease is not None and not lease.borrowed:
+            lease.close()  # from open_store: its share of the shared backend
+            return
+        if lease is not None:
+            lease.release()
+        if not self._shares:  # Store(backend): the backend is closed with the store
+            self.backend.close()
 
     @property
     def closed(self) -> bool:
@@ -673,7 +676,7 @@ def open_store(
         )
     lease = acquire(key, make)
     try:
-        return store_on(
+        store = store_on(
             lease.value,
             retry,
             max_record_bytes,
@@ -681,15 +684,21 @@ def open_store(
             compress=compress,
             migrations=migrations,
         )
-    finally:
-        lease.close()  # the store holds a lease of its own (``Store.__init__``)
+    except BaseException:
+        lease.close()
+        raise
+    return hold(store, lease)
 
 
 def hold(store: Store, lease: Lease) -> Store:
     """``store`` holds ``lease`` on its shared backend: its ``close()`` releases it, as does
     its garbage collection when it is dropped open (see ``_shared.py``)."""
-    store._lease = lease
-    store._dropped = track(store, lease)
+    borrowed, dropped = store._lease, store._dropped
+    if dropped is not None:
+        dropped.detach()  # type: ignore[attr-defined]
+    if borrowed is not None:
+        borrowed.release()  # Store() borrowed it: this store owns a share instead
+    store._lease, store._dropped, store._shares = lease, track(store, lease), True
     return store
 
 
