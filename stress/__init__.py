@@ -1,4 +1,5 @@
-"""Reliability campaigns: crash, faults, races, graph races, cancel and fuzz (see RELIABILITY.md).
+"""Reliability campaigns: crash, faults, races, graph races, cancel, fuzz and exits (see
+RELIABILITY.md).
 
 Each campaign is a module that runs bounded from pytest (``tests/test_campaigns.py``) and at
 full size by hand::
@@ -9,6 +10,7 @@ full size by hand::
     python -m stress.graph_races [--backend disk,redis,postgres,s3] [--rounds N]
     python -m stress.cancel [--backend disk,memory,redis,postgres,s3,fsspec] [--trials N]
     python -m stress.fuzz   [--inputs N]
+    python -m stress.exits  [--backend disk,redis,postgres] [--trials N]
 
 and prints a figures table. The server helpers come from ``tests/support``.
 """

@@ -251,6 +251,7 @@ def test_kb4_refusing_a_decompression_bomb_takes_bounded_memory() -> None:
         ["stress.races", "--backend", "disk,redis", "--rounds", "2"],
         ["stress.faults", "--backend", "redis", "--cycles", "1", "--episodes", "latency"],
         ["stress.fuzz", "--inputs", "20"],
+        ["stress.exits", "--backend", "disk,redis", "--trials", "2"],
     ],
     ids=lambda command: command[0],
 )
