@@ -32,8 +32,9 @@ def _caller(frame: FrameType | None) -> FrameType | None:
     """The first frame outside this library from ``frame`` outwards: across greenlet switches
     too, as an ``AsyncStore`` runs the Store's code in a greenlet whose first frame has no
     ``f_back``, switched into from the coroutine the caller awaits."""
-    greenlets = sys.modules.get("greenlet")
-    current = None if greenlets is None else greenlets.getcurrent()
+    # getattr: another thread may be importing greenlet right now (the home loop's, say)
+    getcurrent = getattr(sys.modules.get("greenlet"), "getcurrent", None)
+    current = None if getcurrent is None else getcurrent()
     while frame is not None and _ours(frame):
         frame = frame.f_back
         if frame is None and current is not None:
