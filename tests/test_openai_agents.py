@@ -591,3 +591,25 @@ def test_a_conversation_written_before_a_restart_is_not_cached_stale(tmp_path: P
     seen, popped, left = asyncio.run(run())
     assert [i["content"] for i in seen] == ["1", "2"]
     assert popped == {"role": "user", "content": "3"} and left == []
+
+
+def test_session_settings_may_be_a_dict_of_its_fields_as_the_sdks_sessions_take(
+    tmp_path: Path,
+) -> None:
+    from agents.memory import SQLiteSession
+
+    session = AgentCheckpointSession("d", str(tmp_path / "store"), session_settings={"limit": 2})
+    assert (
+        session.session_settings
+        == SQLiteSession("d", session_settings={"limit": 2}).session_settings
+    )
+
+    async def run() -> list[Any]:
+        await session.add_items([{"role": "user", "content": str(n)} for n in range(5)])
+        return await session.get_items()
+
+    assert [i["content"] for i in asyncio.run(run())] == ["3", "4"]
+    with pytest.raises(TypeError, match="Unknown session settings: lmit"):
+        AgentCheckpointSession("d", str(tmp_path / "store"), session_settings={"lmit": 2})
+    with pytest.raises(TypeError, match="SessionSettings or a dict"):
+        AgentCheckpointSession("d", str(tmp_path / "store"), session_settings=[("limit", 2)])

@@ -42,6 +42,7 @@ stores them only if they are not there yet. So a retried call never stores an it
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import os
 import threading
@@ -431,6 +432,26 @@ def _looks_swapped(session_id: str, store: str) -> bool:
     return "://" in session_id or os.path.isdir(session_id)
 
 
+def _settings(given: SessionSettings | Mapping[str, Any] | None) -> SessionSettings:
+    """The SDK's ``SessionSettings`` for what a session was given: itself, a dict of its fields
+    (as the SDK's own sessions take it), or ``None`` for the defaults."""
+    if given is None:
+        return SessionSettings()
+    if isinstance(given, SessionSettings):
+        return given
+    if isinstance(given, Mapping):
+        known = {field.name for field in dataclasses.fields(SessionSettings)}
+        unknown = sorted(str(name) for name in given if name not in known)
+        if unknown:
+            raise InvalidArgumentError(
+                f"Unknown session settings: {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+            )
+        return SessionSettings(**given)
+    raise InvalidArgumentError(
+        f"session_settings must be the SDK's SessionSettings or a dict of its fields, got {given!r}"
+    )
+
+
 class AgentCheckpointSession(OnStore):
     """The Agents SDK's ``Session`` on an agent-checkpoint store (see the module docstring).
 
@@ -439,7 +460,8 @@ class AgentCheckpointSession(OnStore):
     by another is refused (``OwnershipConflictError``), and ``list_sessions`` lists one
     owner's sessions. ``store_options`` go to ``open_async_store`` with a URL: ``keyring=``
     encrypts the items at rest, ``ttl=`` (seconds, Redis) lets an idle session expire.
-    ``session_settings`` is the SDK's (its ``limit`` is ``get_items``' default).
+    ``session_settings`` is the SDK's (its ``limit`` is ``get_items``' default), or a dict of
+    its fields, as ``SQLiteSession`` takes it (an unknown field is refused by name).
     """
 
     session_settings: SessionSettings | None = None
@@ -450,7 +472,7 @@ class AgentCheckpointSession(OnStore):
         store: str | Store | AsyncStore,
         *,
         owner: str = DEFAULT_OWNER,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
         **store_options: Any,
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
@@ -467,13 +489,9 @@ class AgentCheckpointSession(OnStore):
                 f"{session_id!r} looks like a store ({'a URL' if '://' in session_id else 'a folder'})"
                 f" while the store {store!r} does not exist; was the order swapped?"
             )
-        if session_settings is not None and not isinstance(session_settings, SessionSettings):
-            raise InvalidArgumentError(
-                f"session_settings must be the SDK's SessionSettings, got {session_settings!r}"
-            )
         self.session_id = session_id
         self.owner = owner
-        self.session_settings = session_settings or SessionSettings()
+        self.session_settings = _settings(session_settings)
         self.key = KEY_PREFIX + session_id
         # a Store given is never closed here (that would close the caller's store): its
         # threads end when this session is collected
