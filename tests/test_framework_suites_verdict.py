@@ -3,8 +3,10 @@ of ours fail CI, judged against LangGraph's InMemorySaver over a run and its rer
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 from support.framework_suites import compare, rerun_list
 
 
@@ -38,3 +40,15 @@ def test_without_a_baseline_any_steady_failure_of_ours_fails() -> None:
     assert rerun_list([run], baseline=None) == ["t.py::c[ours_disk]"]
     assert compare([run, run, run], baseline=None) == 1
     assert compare([[row("t.py::d", "ours_disk", "skipped")]], baseline=None) == 0
+
+
+def test_no_failure_to_run_again_prints_no_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty line would make the script run pytest on "" (every test of the folder)."""
+    from support import framework_suites
+
+    results = tmp_path / "r.json"
+    results.write_text("[]")
+    assert framework_suites.main(["rerun-list", "all-pass", str(results)]) == 0
+    assert capsys.readouterr().out == ""
