@@ -108,10 +108,15 @@ def test_the_redis_persistence_warning_is_one_clean_line_once_and_can_be_silence
     if not warnings:
         pytest.skip("this Redis keeps its data on disk: nothing to warn about")
     assert warnings == [
-        f"agent-checkpoint: warning: the Redis server behind store prefix '{url.split('=')[-1]}' "
-        "keeps no data on disk (appendonly no, save ''): a restart loses every checkpoint; "
-        "enable AOF (appendonly yes)"
+        "agent-checkpoint: warning: Redis keeps nothing on disk: a restart loses every "
+        "checkpoint; set appendonly yes (or -q)"
     ]
+    assert len(warnings[0]) <= 120  # two lines at 60 columns, on every command
+    code, output = cli("-v", "ls", "--store", url, "--json")
+    assert (
+        f"the Redis server behind store prefix '{url.split('=')[-1]}' keeps no data on disk "
+        "(appendonly no, save '')" in output
+    )
     assert "contextlib" not in output and "VolatileRedisWarning" not in output
     for quiet in (["-q"], ["--quiet"]):
         assert "warning" not in cli(*quiet, "ls", "--store", url)[1]

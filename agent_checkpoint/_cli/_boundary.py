@@ -90,6 +90,12 @@ def in_words(text: str) -> str:
     )
 
 
+VOLATILE_REDIS = (
+    "Redis keeps nothing on disk: a restart loses every checkpoint; set appendonly yes (or -q)"
+)
+"""The CLI's line for ``VolatileRedisWarning`` (``--verbose`` prints the library's whole one)."""
+
+
 class Boundary:
     """Masks the secrets of one command and prints its errors, warnings and logs."""
 
@@ -178,8 +184,11 @@ class Boundary:
         file: TextIO | None = None,
         line: str | None = None,
     ) -> None:
-        del category, filename, lineno, file, line
-        self.warn(str(message))
+        del filename, lineno, file, line
+        if category.__name__ == "VolatileRedisWarning" and not self.verbose:
+            self.warn(VOLATILE_REDIS)  # on every command: two lines at 60 columns, not four
+        else:
+            self.warn(str(message))
 
 
 class _LogLines(logging.Handler):
