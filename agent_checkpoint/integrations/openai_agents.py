@@ -111,7 +111,9 @@ WRITE = "sessionWrite"
 """The message field holding the token of the ``add_items`` call that stored it (on the last
 message of the call's items): how a call whose reply was lost finds out whether it landed."""
 
-_TRIES = 100  # conditional writes a call tries; each lost one means another writer's landed
+# Conditional writes a call tries. Each one lost means another writer's landed (progress, not a
+# livelock); 16 writers on one session once lost 100 in a row.
+_TRIES = 1000
 _UNSETTLED_TRIES = 3  # writes a call tries whose outcome was unknown and read back as not landed
 _MAX_NESTING = 200  # levels an item may nest (the stored record nests it 5 levels deep)
 _INT_RANGE = (-(2**63), 2**64 - 1)  # what every backend's JSON holds
