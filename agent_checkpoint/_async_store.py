@@ -43,7 +43,7 @@ from ._container import Compression, Keyring
 from ._envelope import Envelope
 from ._migrations import Migrations
 from ._shared import acquire, key_for
-from ._store import Store, check_options, hold, store_on, store_url
+from ._store import Store, check_options, held_store, store_on, store_url
 from ._store_types import RetryPolicy, check_count
 from .backends import open_backend, route
 from .backends._base import Record, Summary
@@ -370,19 +370,8 @@ def open_async_store(
             ), runner
         lease = acquire(key, make)
         backend, runner = lease.value
-        try:
-            store = store_on(
-                backend,
-                retry,
-                max_record_bytes,
-                keyring=keyring,
-                compress=compress,
-                migrations=migrations,
-            )
-        except BaseException:
-            lease.close()
-            raise
-        return hold(store, lease), runner
+        store = held_store(lease, backend, retry, max_record_bytes, keyring, compress, migrations)
+        return store, runner
 
     return AsyncStore(opener)
 

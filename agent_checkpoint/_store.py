@@ -675,9 +675,23 @@ def open_store(
             migrations=migrations,
         )
     lease = acquire(key, make)
+    return held_store(lease, lease.value, retry, max_record_bytes, keyring, compress, migrations)
+
+
+def held_store(
+    lease: Lease,
+    backend: Any,
+    retry: RetryPolicy | None,
+    max_record_bytes: int | None,
+    keyring: Keyring | None,
+    compress: Compression | None,
+    migrations: Migrations | None,
+) -> Store:
+    """A ``Store`` on ``backend``, the shared backend ``lease`` holds a share of; the share is
+    given back if the store cannot be made. ``open_store`` and ``open_async_store`` both."""
     try:
         store = store_on(
-            lease.value,
+            backend,
             retry,
             max_record_bytes,
             keyring=keyring,
