@@ -281,7 +281,7 @@ def _run_records(count: int) -> list[Any]:
     _RECORDS.clear()
     from agent_checkpoint import Codec, Message, RunCheckpoint, to_envelope
     from agent_checkpoint._store import summary_for
-    from agent_checkpoint.backends._base import Record
+    from agent_checkpoint.backends import Record
 
     codec = Codec()
     base = 1_790_000_000_000

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import servers
 
 from agent_checkpoint import Store, open_store
+from agent_checkpoint.backends import Query, Record, Summary
 from agent_checkpoint.backends import _postgres as postgres
-from agent_checkpoint.backends._base import Query, Record, Summary
 from agent_checkpoint.testing import checkpoint
 
 BASE = 1_700_000_000_000

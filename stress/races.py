@@ -46,7 +46,7 @@ from typing import Any
 from agent_checkpoint import Identity, Message, RunCheckpoint, Store
 from agent_checkpoint._claims import ClaimedError
 from agent_checkpoint._model import FailurePoint
-from agent_checkpoint.backends._base import Summary
+from agent_checkpoint.backends import Summary
 from agent_checkpoint.errors import CheckpointError, ConflictError, OwnershipConflictError
 
 from .common import Tally, Target, fork_context, main_for, open_target

@@ -24,7 +24,7 @@ from support.services import service_missing
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the stress/ package
 
 from agent_checkpoint import Message, RunCheckpoint, Store
-from agent_checkpoint.backends._base import Record, Summary
+from agent_checkpoint.backends import Record, Summary
 from agent_checkpoint.backends._memory import MemoryBackend
 from agent_checkpoint.errors import (
     BackendUnavailableError,

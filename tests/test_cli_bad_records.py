@@ -14,7 +14,7 @@ from support.store_urls import url_for_processes
 
 from agent_checkpoint import open_store
 from agent_checkpoint._cli import EXIT, main
-from agent_checkpoint.backends._base import Record, Summary
+from agent_checkpoint.backends import Record, Summary
 from agent_checkpoint.testing import checkpoint
 
 RUNTIME_WORDS = ("[hosting]", "[resumeOnError]", "toEnvelope", "agentfootprint", "runtime")

@@ -20,7 +20,7 @@ from agent_checkpoint import Store, open_store
 from agent_checkpoint._cli import EXIT, main
 from agent_checkpoint._container import Keyring
 from agent_checkpoint._maintenance import copy_records
-from agent_checkpoint.backends._base import Record
+from agent_checkpoint.backends import Record
 from agent_checkpoint.backends._disk import file_name
 from agent_checkpoint.testing import checkpoint, stamped
 

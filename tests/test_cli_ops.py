@@ -13,7 +13,7 @@ from support.legacy import legacy_record
 
 from agent_checkpoint import open_store
 from agent_checkpoint._cli import EXIT, main
-from agent_checkpoint.backends._base import Record, Summary
+from agent_checkpoint.backends import Record, Summary
 from agent_checkpoint.backends._disk import file_name
 from agent_checkpoint.testing import checkpoint, stamped
 

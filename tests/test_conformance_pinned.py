@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 
 from agent_checkpoint import Store
-from agent_checkpoint.backends._base import Query, Record, Summary, translate_errors
+from agent_checkpoint.backends import Query, Record, Summary, translate_errors
 from agent_checkpoint.backends._memory import MemoryBackend
 from agent_checkpoint.errors import ConflictError
 from agent_checkpoint.testing import StoreConformance

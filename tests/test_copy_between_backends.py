@@ -20,7 +20,7 @@ from test_resume_race import BACKENDS
 from agent_checkpoint import open_store
 from agent_checkpoint._cli import main
 from agent_checkpoint._store import summary_for
-from agent_checkpoint.backends._base import Record, Summary
+from agent_checkpoint.backends import Record, Summary
 from agent_checkpoint.testing import checkpoint, stamped
 
 pytestmark = pytest.mark.filterwarnings("ignore::agent_checkpoint.backends.VolatileRedisWarning")

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from agent_checkpoint import Store, UnreadableEnvelopeError, open_store
-from agent_checkpoint.backends._base import Query, Summary
+from agent_checkpoint.backends import Query, Summary
 from agent_checkpoint.backends._disk import DiskBackend, file_name
 from agent_checkpoint.errors import BackendError, ConflictError, InvalidKeyError
 from agent_checkpoint.testing import (

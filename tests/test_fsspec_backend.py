@@ -21,7 +21,7 @@ from agent_checkpoint._maintenance import verify_store
 from agent_checkpoint._model import Message, now_ms
 from agent_checkpoint._segments import PIECES, Segmented
 from agent_checkpoint._store import RetryPolicy
-from agent_checkpoint.backends._base import Record, Summary
+from agent_checkpoint.backends import Record, Summary
 from agent_checkpoint.backends._fsspec import FsspecBackend
 from agent_checkpoint.backends._memory import MemoryBackend
 from agent_checkpoint.backends._objects import fields_of, key_name

@@ -12,7 +12,7 @@ from agent_checkpoint import ClaimedError, RunCheckpoint, open_store
 from agent_checkpoint._claims import leases_of
 from agent_checkpoint._model import now_ms
 from agent_checkpoint._store import Store
-from agent_checkpoint.backends._base import Record, Summary
+from agent_checkpoint.backends import Record, Summary
 
 
 @pytest.fixture(params=["memory", "disk"])

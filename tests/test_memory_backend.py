@@ -3,7 +3,7 @@ from collections.abc import Iterator
 import pytest
 
 from agent_checkpoint import RetryPolicy, Store, open_store
-from agent_checkpoint.backends._base import Summary
+from agent_checkpoint.backends import Summary
 from agent_checkpoint.backends._memory import MemoryBackend
 from agent_checkpoint.errors import BackendUnavailableError
 from agent_checkpoint.testing import (
@@ -24,7 +24,7 @@ def test_a_retried_conditional_put_overtaken_by_another_writer_says_the_outcome_
     None
 ):
     from agent_checkpoint._model import Message, RunCheckpoint
-    from agent_checkpoint.backends._base import Record
+    from agent_checkpoint.backends import Record
     from agent_checkpoint.backends._memory import MemoryBackend
     from agent_checkpoint.errors import (
         BackendUnavailableError,

@@ -10,7 +10,7 @@ import pytest
 
 from agent_checkpoint import InvalidCheckpointError, Migrations, Store, open_store
 from agent_checkpoint._codec import Codec
-from agent_checkpoint.backends._base import Record, Summary
+from agent_checkpoint.backends import Record, Summary
 from agent_checkpoint.errors import MigrationError
 
 

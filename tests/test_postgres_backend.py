@@ -32,9 +32,9 @@ from agent_checkpoint._codec import encode_parts
 from agent_checkpoint._model import Message, RunCheckpoint
 from agent_checkpoint._segment_format import Layout
 from agent_checkpoint._segments import PIECES, Segmented
+from agent_checkpoint.backends import Query, Record, Summary
 from agent_checkpoint.backends import _postgres as postgres
 from agent_checkpoint.backends import _postgres_schema as postgres_schema
-from agent_checkpoint.backends._base import Query, Record, Summary
 from agent_checkpoint.backends._postgres import LEDGER, MIGRATIONS, PostgresBackend, TimedConnection
 from agent_checkpoint.backends._postgres_sql import scan_statement
 from agent_checkpoint.errors import (

@@ -25,7 +25,7 @@ from support.services import POSTGRES_URL, service_missing
 from agent_checkpoint import Store, open_async_store, open_store
 from agent_checkpoint._store import RetryPolicy
 from agent_checkpoint._store_types import NO_RETRY
-from agent_checkpoint.backends._base import Record
+from agent_checkpoint.backends import Record
 from agent_checkpoint.backends._postgres import LEDGER
 from agent_checkpoint.backends._postgres_connections import DEFAULT_READ_TIMEOUT, ReadTimeoutError
 from agent_checkpoint.errors import BackendUnavailableError

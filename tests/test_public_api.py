@@ -129,6 +129,29 @@ PUBLIC_MODULES = [
 """Every module a user may import by name; everything else is internal (``_store``,
 ``backends._redis``, ``transcripts._turns``...) and may change without notice."""
 
+BACKENDS_PUBLIC = [
+    "Backend",
+    "BackendEntry",
+    "Batched",
+    "Expiring",
+    "Forgetting",
+    "Namespaced",
+    "Query",
+    "Record",
+    "Repairable",
+    "Summary",
+    "backend_class",
+    "mask_url",
+    "open_backend",
+    "plan_save",
+    "register_backend",
+    "registry",
+    "resolve_owner",
+    "translate_errors",
+]
+"""What a backend author imports: the record types, the optional capability protocols
+(docs/backends.md), the helpers every backend needs and the scheme registry."""
+
 BACKEND_CLASSES = [
     "DiskBackend",
     "FsspecBackend",
@@ -193,6 +216,16 @@ def test_each_public_package_exports_names_that_resolve() -> None:
         assert len(set(exported)) == len(exported), f"{name}.__all__ repeats a name"
         for attr in exported:
             assert hasattr(module, attr), f"{name}.__all__ names {attr}, which it lacks"
+
+
+def test_backends_exports_the_authors_surface() -> None:
+    import agent_checkpoint.backends as backends
+
+    assert sorted(backends.__all__) == sorted(BACKENDS_PUBLIC)
+    for name in ("Namespaced", "Batched", "Expiring", "Forgetting", "Repairable"):
+        protocol = getattr(backends, name)
+        assert getattr(protocol, "_is_protocol", False), name  # isinstance-checkable capability
+    assert isinstance(backends.MemoryBackend(), backends.Namespaced)
 
 
 def test_the_backend_classes_are_public_from_backends_and_load_lazily() -> None:

@@ -32,8 +32,8 @@ from agent_checkpoint import Store, open_async_store, open_store
 from agent_checkpoint._model import Message, RunCheckpoint
 from agent_checkpoint._segment_format import Layout
 from agent_checkpoint._segments import PIECES, Segmented
+from agent_checkpoint.backends import Query, Record, Summary
 from agent_checkpoint.backends import _redis as redis_backend
-from agent_checkpoint.backends._base import Query, Record, Summary
 from agent_checkpoint.backends._memory import MemoryBackend
 from agent_checkpoint.backends._redis import RedisBackend, VolatileRedisWarning
 from agent_checkpoint.errors import (

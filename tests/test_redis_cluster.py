@@ -25,7 +25,7 @@ from agent_checkpoint import Message, RunCheckpoint, Store, open_async_store, op
 from agent_checkpoint._segments import PIECES, Segmented
 from agent_checkpoint._store import RetryPolicy
 from agent_checkpoint._store_types import NO_RETRY
-from agent_checkpoint.backends._base import Query
+from agent_checkpoint.backends import Query
 from agent_checkpoint.backends._redis import RedisBackend, VolatileRedisWarning
 from agent_checkpoint.errors import BackendUnavailableError, InvalidKeyError
 from agent_checkpoint.testing import (

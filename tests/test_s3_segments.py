@@ -22,7 +22,7 @@ from agent_checkpoint._maintenance import verify_store
 from agent_checkpoint._model import Message, RunCheckpoint, now_ms
 from agent_checkpoint._segments import PIECES, Segmented
 from agent_checkpoint._store import summary_for
-from agent_checkpoint.backends._base import Record, Summary
+from agent_checkpoint.backends import Record, Summary
 from agent_checkpoint.backends._objects import Layout as Objects
 from agent_checkpoint.backends._objects import fields_of, key_name
 from agent_checkpoint.backends._s3 import S3Backend

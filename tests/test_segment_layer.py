@@ -17,7 +17,7 @@ from agent_checkpoint._container import Keyring, Sealer
 from agent_checkpoint._model import Message, RunCheckpoint
 from agent_checkpoint._segment_format import MAGIC, Layout
 from agent_checkpoint._segments import PIECES, Segmented
-from agent_checkpoint.backends._base import Query, Record, Summary
+from agent_checkpoint.backends import Query, Record, Summary
 from agent_checkpoint.backends._memory import MemoryBackend
 from agent_checkpoint.errors import BackendUnavailableError, UnreadableEnvelopeError
 from agent_checkpoint.testing import (

@@ -12,7 +12,7 @@ import pytest
 from agent_checkpoint import open_store
 from agent_checkpoint._container import MAGIC
 from agent_checkpoint._envelope import STORED_PREVIEW_LIMIT, preview_pieces, preview_stored
-from agent_checkpoint.backends._base import Record, Summary
+from agent_checkpoint.backends import Record, Summary
 from agent_checkpoint.errors import UnreadableEnvelopeError
 
 

@@ -30,7 +30,20 @@ from ..errors import (
     InvalidKeyError,
     MissingDependencyError,
 )
-from ._base import Backend, Query, Record, Summary, plan_save, resolve_owner, translate_errors
+from ._base import (
+    Backend,
+    Batched,
+    Expiring,
+    Forgetting,
+    Namespaced,
+    Query,
+    Record,
+    Repairable,
+    Summary,
+    plan_save,
+    resolve_owner,
+    translate_errors,
+)
 
 if TYPE_CHECKING:
     from ._disk import DiskBackend as DiskBackend
@@ -45,8 +58,13 @@ if TYPE_CHECKING:
 __all__ = [
     "Backend",
     "BackendEntry",
+    "Batched",
+    "Expiring",
+    "Forgetting",
+    "Namespaced",
     "Query",
     "Record",
+    "Repairable",
     "Summary",
     "backend_class",
     "mask_url",

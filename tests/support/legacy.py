@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 
 from agent_checkpoint import Migrations
-from agent_checkpoint.backends._base import Record, Summary
+from agent_checkpoint.backends import Record, Summary
 
 
 def v0_to_v1(doc: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from agent_checkpoint._segment_format import Layout
 from agent_checkpoint._segments import PIECES
-from agent_checkpoint.backends._base import Query
+from agent_checkpoint.backends import Query
 
 
 def live_pieces(backend: Any) -> set[str]:
