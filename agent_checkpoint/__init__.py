@@ -9,19 +9,15 @@ default; Redis, PostgreSQL, S3 or any fsspec URL), and resume from it later, any
     store.put(RunCheckpoint.new("hello", [Message("user", "hello")]))
 """
 
+import importlib
+import warnings
+from typing import TYPE_CHECKING, Any
+
 from ._async_store import AsyncClaim, AsyncStore, open_async_store
 from ._claims import Claim, LeaseInfo
 from ._codec import Codec
 from ._container import KEYS_ENV, Keyring, Sealer, keyring_from_env
-from ._envelope import (
-    Envelope,
-    PausedRun,
-    check_envelope,
-    read_envelope,
-    read_paused_run,
-    to_envelope,
-    to_paused_envelope,
-)
+from ._envelope import Envelope
 from ._maintenance import (
     CopyReport,
     MigrateReport,
@@ -42,7 +38,6 @@ from ._model import (
     RunCheckpoint,
     ThinkingBlock,
     ToolCall,
-    fnv1a,
 )
 from ._store import (
     DEFAULT_STORE_PATH,
@@ -56,8 +51,7 @@ from ._store import (
     open_store,
 )
 from ._validation import validate_checkpoint
-from .backends import register_backend
-from .backends._base import Backend, Query, Record, Summary
+from .backends import Backend, Query, Record, Summary, register_backend
 from .errors import (
     BackendError,
     BackendUnavailableError,
@@ -105,7 +99,44 @@ from .resume import (
     resume_on_error,
 )
 
+if TYPE_CHECKING:
+    from .envelope import PausedRun as PausedRun
+    from .envelope import check_envelope as check_envelope
+    from .envelope import fnv1a as fnv1a
+    from .envelope import read_envelope as read_envelope
+    from .envelope import read_paused_run as read_paused_run
+    from .envelope import to_envelope as to_envelope
+    from .envelope import to_paused_envelope as to_paused_envelope
+
 __version__ = "0.4.0"
+
+_MOVED = {
+    "PausedRun": "agent_checkpoint.envelope",
+    "check_envelope": "agent_checkpoint.envelope",
+    "fnv1a": "agent_checkpoint.envelope",
+    "read_envelope": "agent_checkpoint.envelope",
+    "read_paused_run": "agent_checkpoint.envelope",
+    "to_envelope": "agent_checkpoint.envelope",
+    "to_paused_envelope": "agent_checkpoint.envelope",
+}
+"""Names that left the top level in 0.5, each with its new home; the old spelling works until
+0.6 with a DeprecationWarning (module ``__getattr__``, so ``import *`` never brings them)."""
+
+
+if not TYPE_CHECKING:  # type checkers see the names above, and a typo stays an error
+
+    def __getattr__(name: str) -> Any:
+        home = _MOVED.get(name)
+        if home is None:
+            raise AttributeError(f"module 'agent_checkpoint' has no attribute {name!r}")
+        warnings.warn(
+            f"agent_checkpoint.{name} is deprecated and goes away in 0.6: "
+            f"import it from {home} (from {home} import {name})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(home), name)
+
 
 __all__ = [
     "DEFAULT_STORE_PATH",
@@ -153,7 +184,6 @@ __all__ = [
     "OriginalInput",
     "OwnershipConflictError",
     "Page",
-    "PausedRun",
     "Query",
     "Record",
     "RecordTooLargeError",
@@ -182,22 +212,16 @@ __all__ = [
     "WorkerReport",
     "WriteOutcomeUnknownError",
     "WrongEnvelopeKindError",
-    "check_envelope",
     "continue_from",
     "copy_records",
     "failure_point",
-    "fnv1a",
     "keyring_from_env",
     "migrate_records",
     "open_async_store",
     "open_store",
-    "read_envelope",
-    "read_paused_run",
     "register_backend",
     "rekey_records",
     "resume_failed_runs",
     "resume_on_error",
-    "to_envelope",
-    "to_paused_envelope",
     "validate_checkpoint",
 ]

@@ -279,9 +279,10 @@ def _run_records(count: int) -> list[Any]:
     if count in _RECORDS:
         return _RECORDS[count]
     _RECORDS.clear()
-    from agent_checkpoint import Codec, Message, RunCheckpoint, to_envelope
+    from agent_checkpoint import Codec, Message, RunCheckpoint
     from agent_checkpoint._store import summary_for
     from agent_checkpoint.backends import Record
+    from agent_checkpoint.envelope import to_envelope
 
     codec = Codec()
     base = 1_790_000_000_000

@@ -28,8 +28,8 @@ from agent_checkpoint import (
     open_store,
     register_backend,
     resume_failed_runs,
-    to_envelope,
 )
+from agent_checkpoint.envelope import to_envelope
 
 
 @pytest.fixture(params=["plain", "encrypted"])

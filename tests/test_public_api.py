@@ -12,6 +12,8 @@ import pkgutil
 import subprocess
 import sys
 
+import pytest
+
 import agent_checkpoint
 from agent_checkpoint import errors
 
@@ -61,7 +63,6 @@ PUBLIC = [
     "OriginalInput",
     "OwnershipConflictError",
     "Page",
-    "PausedRun",
     "Query",
     "Record",
     "RecordTooLargeError",
@@ -90,23 +91,17 @@ PUBLIC = [
     "WorkerReport",
     "WriteOutcomeUnknownError",
     "WrongEnvelopeKindError",
-    "check_envelope",
     "continue_from",
     "copy_records",
     "failure_point",
-    "fnv1a",
     "keyring_from_env",
     "migrate_records",
     "open_async_store",
     "open_store",
-    "read_envelope",
-    "read_paused_run",
     "register_backend",
     "rekey_records",
     "resume_failed_runs",
     "resume_on_error",
-    "to_envelope",
-    "to_paused_envelope",
     "validate_checkpoint",
 ]
 
@@ -116,6 +111,7 @@ PUBLIC_MODULES = [
     "agent_checkpoint.adapters",
     "agent_checkpoint.adapters.openai_minimal",  # run as python -m (README, docs/interchange.md)
     "agent_checkpoint.backends",
+    "agent_checkpoint.envelope",  # the envelope layer without a Store, and fnv1a
     "agent_checkpoint.errors",
     "agent_checkpoint.integrations",
     "agent_checkpoint.integrations.adk",  # extra `adk`
@@ -128,6 +124,18 @@ PUBLIC_MODULES = [
 ]
 """Every module a user may import by name; everything else is internal (``_store``,
 ``backends._redis``, ``transcripts._turns``...) and may change without notice."""
+
+MOVED_TO_ENVELOPE = [
+    "PausedRun",
+    "check_envelope",
+    "fnv1a",
+    "read_envelope",
+    "read_paused_run",
+    "to_envelope",
+    "to_paused_envelope",
+]
+"""Top-level names of 0.4 that moved in 0.5: still importable from ``agent_checkpoint`` until
+0.6, with a DeprecationWarning naming the new home, and outside ``__all__``."""
 
 BACKENDS_PUBLIC = [
     "Backend",
@@ -185,6 +193,32 @@ def test_the_package_exports_exactly_the_pinned_names() -> None:
     assert sorted(agent_checkpoint.__all__) == sorted(PUBLIC)
     for name in PUBLIC:
         assert getattr(agent_checkpoint, name) is not None, name
+
+
+def test_a_moved_name_still_imports_from_the_top_level_with_a_warning_naming_its_home() -> None:
+    home = "agent_checkpoint.envelope"
+    for name in MOVED_TO_ENVELOPE:
+        assert name not in agent_checkpoint.__all__ and name not in dir(agent_checkpoint), name
+        with pytest.warns(DeprecationWarning, match=rf"from {home} import {name}\b"):
+            old = getattr(agent_checkpoint, name)
+        assert old is getattr(importlib.import_module(home), name), name
+    with pytest.warns(DeprecationWarning, match="agent_checkpoint.envelope"):
+        from agent_checkpoint import fnv1a  # the spelling of 0.4 code
+    assert fnv1a("hello") == "4f9f2cab"
+    with pytest.raises(AttributeError, match="no_such_name"):
+        agent_checkpoint.no_such_name  # noqa: B018
+
+
+def test_importing_the_package_or_star_warns_of_nothing() -> None:
+    probe = (
+        "import warnings\n"
+        "warnings.simplefilter('error')\n"
+        "import agent_checkpoint\n"
+        "from agent_checkpoint import *\n"
+        "from agent_checkpoint.envelope import *\n"
+        "assert 'fnv1a' not in dir() or fnv1a('hello') == '4f9f2cab'\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
 
 
 def _is_public(dotted: str) -> bool:

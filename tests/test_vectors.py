@@ -14,11 +14,11 @@ from agent_checkpoint import (
     InvalidCheckpointError,
     RunCheckpoint,
     UnreadableEnvelopeError,
-    check_envelope,
     validate_checkpoint,
 )
 from agent_checkpoint._codec import Codec
 from agent_checkpoint._model import fnv1a, identity_namespace
+from agent_checkpoint.envelope import check_envelope
 from agent_checkpoint.errors import InvalidPausedRunError, UnknownFormatError
 
 VECTORS = Path(__file__).parent / "vectors"

@@ -101,9 +101,9 @@ from agent_checkpoint import (
     Store,
     Summary,
     open_store,
-    to_envelope,
 )
 from agent_checkpoint import OriginalInput as _Input
+from agent_checkpoint.envelope import to_envelope
 
 from ._langgraph_lineage import (
     NO_LINEAGE,
