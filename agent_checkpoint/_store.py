@@ -12,6 +12,7 @@ import builtins
 import contextlib
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -97,19 +98,23 @@ class Store:
         self,
         backend: Backend,
         *,
-        codec: Codec | None = None,
+        keyring: Keyring | None = None,
+        compress: Compression | None = None,
+        migrations: Migrations | None = None,
         retry: RetryPolicy | None = None,
         max_record_bytes: int | None = None,
         clock: Callable[[], int] = now_ms,
+        codec: Codec | None = None,
     ) -> None:
+        """``keyring``, ``compress``, ``migrations``, ``retry`` and ``max_record_bytes`` as
+        ``open_store`` takes them. ``codec=Codec(...)`` is the 0.4 spelling of the first three,
+        deprecated (it goes away in 0.6)."""
         check_backend(backend)
-        check_options(retry=retry, max_record_bytes=max_record_bytes)
-        if codec is not None and not isinstance(codec, Codec):
-            raise InvalidArgumentError(f"codec must be a Codec, got {codec!r}")
+        check_options(migrations=migrations, retry=retry, max_record_bytes=max_record_bytes)
         self.backend = backend
         """The backend this store runs on. Go through the store's methods rather than this:
         they hold the checks, retries and segment handling every backend gets."""
-        self._codec = codec or Codec()
+        self._codec = codec_for(codec, keyring, compress, migrations)
         self.retry = retry or RetryPolicy()
         self._clock = clock
         self._closed = False
@@ -790,5 +795,40 @@ def store_on(
     migrations: Migrations | None,
 ) -> Store:
     """The ``Store`` ``open_store`` (and ``open_async_store``) make on ``backend``."""
-    codec = Codec(migrations or DEFAULT_MIGRATIONS, Sealer(keyring=keyring, compress=compress))
-    return Store(backend, codec=codec, retry=retry, max_record_bytes=max_record_bytes)
+    return Store(
+        backend,
+        keyring=keyring,
+        compress=compress,
+        migrations=migrations,
+        retry=retry,
+        max_record_bytes=max_record_bytes,
+    )
+
+
+def codec_for(
+    codec: object,
+    keyring: Keyring | None,
+    compress: Compression | None,
+    migrations: Migrations | None,
+) -> Codec:
+    """The codec a ``Store`` reads and writes with: from its options, or the deprecated
+    ``codec=`` (with a warning saying the new spelling; never both)."""
+    if codec is None:
+        return Codec(migrations or DEFAULT_MIGRATIONS, Sealer(keyring=keyring, compress=compress))
+    if not isinstance(codec, Codec):
+        raise InvalidArgumentError(f"codec must be a Codec, got {codec!r}")
+    parts = {"keyring": keyring, "compress": compress, "migrations": migrations}
+    given = [name for name, value in parts.items() if value is not None]
+    if given:
+        raise InvalidArgumentError(
+            f"Store takes codec= or {'/'.join(f'{name}=' for name in given)}, not both: "
+            "pass keyring=, compress= and migrations= alone (codec= is deprecated)"
+        )
+    warnings.warn(
+        "Store(backend, codec=Codec(...)) is deprecated and goes away in 0.6: pass the options "
+        "themselves, Store(backend, keyring=..., compress=..., migrations=...), as open_store "
+        "takes them",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return codec

@@ -9,7 +9,6 @@ import orjson
 import pytest
 
 from agent_checkpoint import InvalidCheckpointError, Migrations, Store, open_store
-from agent_checkpoint._codec import Codec
 from agent_checkpoint.backends import Record, Summary
 from agent_checkpoint.errors import MigrationError
 
@@ -94,7 +93,7 @@ def _store_raw(store: Store, key: str, data: dict[str, Any]) -> None:
 
 
 def test_reads_upgrade_old_records_automatically() -> None:
-    store = Store(open_store("memory://").backend, codec=Codec(Migrations({0: v0_to_v1})))
+    store = Store(open_store("memory://").backend, migrations=Migrations({0: v0_to_v1}))
     _store_raw(store, "legacy", V0)
     ckpt = store.get("legacy")
     assert ckpt is not None and ckpt.run_id == "old-1"

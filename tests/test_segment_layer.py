@@ -12,8 +12,7 @@ import pytest
 
 from agent_checkpoint import Store
 from agent_checkpoint import _segments as segments
-from agent_checkpoint._codec import Codec
-from agent_checkpoint._container import Keyring, Sealer
+from agent_checkpoint._container import Keyring
 from agent_checkpoint._model import Message, RunCheckpoint
 from agent_checkpoint._segment_format import MAGIC, Layout
 from agent_checkpoint._segments import PIECES, Segmented
@@ -435,7 +434,7 @@ def test_an_encrypted_store_reads_and_writes_whole_records() -> None:
     pytest.importorskip("cryptography")
     backend = MemoryBackend()
     keyring = Keyring({"k1": bytes(range(32))}, "k1")
-    store = Store(Segmented(backend, inline_bytes=0), codec=Codec(sealer=Sealer(keyring=keyring)))
+    store = Store(Segmented(backend, inline_bytes=0), keyring=keyring)
     for ckpt in _grow(5):
         store.put(ckpt, key="k")
     assert not backend.load("k").body.startswith(MAGIC)  # type: ignore[union-attr]

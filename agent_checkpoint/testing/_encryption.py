@@ -7,8 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from .._codec import Codec
-from .._container import MAGIC, Compression, DecryptionError, Keyring, Sealer
+from .._container import MAGIC, Compression, DecryptionError, Keyring
 from .._store import Store
 from ..backends._base import Record
 from ..errors import UnreadableEnvelopeError
@@ -18,7 +17,7 @@ from ._samples import checkpoint
 
 def _keyed(store: Store, keyring: Keyring | None, compress: Compression | None = None) -> Store:
     """The same backend seen through another codec (other keys or compression)."""
-    return Store(store.backend, codec=Codec(sealer=Sealer(keyring=keyring, compress=compress)))
+    return Store(store.backend, keyring=keyring, compress=compress)
 
 
 K1, K2 = b"\x01" * 32, b"\x02" * 32
