@@ -129,6 +129,13 @@ def register(sub: Any) -> None:
         help="Claude Code logs: save the conversation of this sub-agent (its agentId, named "
         "in save's notes) instead of the main one",
     )
+    save.add_argument(
+        "--session",
+        metavar="N",
+        type=_session_number,
+        help="Aider chat histories: save session N (from 1, in file order) instead of the last "
+        "one holding a message",
+    )
     _add_input_format(save)
     _add_on_dangling(save)
     add_json_option(save)
@@ -179,8 +186,20 @@ def register(sub: Any) -> None:
     merge.set_defaults(run=run_merge)
 
 
-def _open(path: str, fmt: str | None, subagent: str | None = None) -> Transcript:
-    return open_transcript(path, format=fmt, subagent=subagent)  # type: ignore[arg-type]
+def _session_number(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"a session number from 1, got {text!r}")
+    return number
+
+
+def _open(
+    path: str, fmt: str | None, subagent: str | None = None, session: int | None = None
+) -> Transcript:
+    return open_transcript(path, format=fmt, subagent=subagent, session=session)  # type: ignore[arg-type]
 
 
 def _write(path: str, turns: Iterable[Turn]) -> int:
@@ -208,11 +227,13 @@ def default_key(transcript: Transcript, subagent: str | None = None) -> str:
     """The store key ``save`` uses unless given one: the transcript's own session id, else a
     name from its file (stem and a hash of the absolute path), so saving the same transcript
     again updates the same record; a sub-agent's conversation adds ``/<subagent id>``, so it
-    never overwrites the main one."""
+    never overwrites the main one; so does an Aider session's ``/session-<N>`` (the one read)."""
     session = transcript.session_id()
     if not session:
         where = hashlib.sha256(os.fsencode(transcript.path.resolve())).hexdigest()[:8]
         session = f"{transcript.path.stem}-{where}"
+    if transcript.format == "aider" and transcript.session:
+        session = f"{session}/session-{transcript.session}"
     return f"{session}/{subagent}" if subagent else session
 
 
@@ -260,7 +281,7 @@ def run_save(args: argparse.Namespace) -> int:
     if args.output:
         _not_an_input(args.output, args.transcript)
     with translated():
-        transcript = _open(args.transcript, args.input_format, args.subagent)
+        transcript = _open(args.transcript, args.input_format, args.subagent, args.session)
         with progress("reading", None, unit="turn(s)"):
             plan = plan_integrity(transcript, policy=args.on_dangling)
         for line in [*transcript.notes, *plan.report.lines()]:

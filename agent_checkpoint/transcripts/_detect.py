@@ -21,7 +21,10 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from .._model import Json
+from ._aider import HEAD as AIDER_HEAD
+from ._aider import USER as AIDER_USER
 from ._claude_code import LINE_TYPES
+from ._claude_code_web import LOGLINES
 from ._codex import ROLLOUT_TYPES
 from ._errors import (
     EmptyTranscriptError,
@@ -29,22 +32,36 @@ from ._errors import (
     TranscriptNotFoundError,
     UnrecognizedFormatError,
 )
+from ._gemini import is_gemini_record
 from ._jsonio import BOM, JsonDocument, JsonLines, loads
 from ._openai_chat import ROLES
 from ._openai_responses import ITEM_TYPES
 
 __all__ = ["FORMATS", "SAMPLE_RECORDS", "WRAPPER_KEYS", "Container", "Detected", "Format", "detect"]
 
-Format = Literal["claude-code", "codex", "turns", "openai-responses", "anthropic", "openai-chat"]
+Format = Literal[
+    "claude-code",
+    "codex",
+    "turns",
+    "openai-responses",
+    "anthropic",
+    "openai-chat",
+    "gemini-cli",
+    "aider",
+]
 FORMATS: tuple[Format, ...] = get_args(Format)
 """Every format, in the order that breaks ties."""
-Container = Literal["jsonl", "array", "object"]
+Container = Literal["jsonl", "array", "object", "markdown"]
 SAMPLE_RECORDS = 64
-WRAPPER_KEYS = ("messages", "input", "output")
+WRAPPER_KEYS = ("messages", "input", "output", LOGLINES)
 """Members of a top-level object that hold the records."""
 
-_LOGS: frozenset[Format] = frozenset({"claude-code", "codex"})
-_LINES_ONLY: frozenset[Format] = _LOGS | {"turns"}
+_LOGS: frozenset[Format] = frozenset({"claude-code", "codex", "gemini-cli"})
+_LINES_ONLY: frozenset[Format] = frozenset({"codex", "turns"})
+_NOT_IN_ARRAYS: frozenset[Format] = _LOGS | _LINES_ONLY | {"aider"}
+_OBJECTS: frozenset[Format] = frozenset({"claude-code", "gemini-cli"})
+"""Log formats that also come as one JSON object (a web export's ``loglines``, a Gemini CLI
+session's ``messages``)."""
 _FALLBACK: tuple[Format, ...] = ("openai-chat", "anthropic", "openai-responses", "turns")
 """With no plain vote (plain text messages), the seed's reading: OpenAI chat."""
 _HEAD = 64 * 1024
@@ -107,6 +124,7 @@ def _votes(record: Json) -> dict[Format, int]:
     votes["codex"] = 1
     if kind in ROLLOUT_TYPES and "payload" in record:
         votes["codex"] = 2
+    votes["gemini-cli"] = 2 if is_gemini_record(record) else 1
     parts = _parts(content)
     text_like = isinstance(content, str) or content is None
     if isinstance(role, str):
@@ -184,9 +202,18 @@ def _head(path: Path) -> bytes:
                 raise EmptyTranscriptError(f"{path}: the file is empty")
 
 
+def is_aider(head: bytes) -> bool:
+    """Whether a file's first bytes (after whitespace) open an Aider chat history."""
+    first = head.split(b"\n", 1)[0].rstrip().decode("utf-8", "replace")
+    return first.startswith(AIDER_HEAD) or first == AIDER_USER or first.startswith(AIDER_USER + " ")
+
+
 def sniff_container(path: Path, *, max_record_bytes: int) -> Container:
-    """Whether ``path`` holds JSON Lines, one array, or one object; refuses anything else."""
+    """Whether ``path`` holds JSON Lines, one array, one object, or an Aider history's
+    Markdown; refuses anything else."""
     head = _head(path)
+    if is_aider(head):
+        return "markdown"
     if head[:1] == b"[":
         return "array"
     if head[:1] != b"{":
@@ -228,9 +255,13 @@ def _object_format(doc: JsonDocument) -> Format | None:
         )
     if "input" in arrays or "output" in arrays:
         return "openai-responses"
+    if LOGLINES in arrays:
+        return "claude-code"
     if "system" in others:
         return "anthropic"
-    sample = islice(doc.items(["messages"]), SAMPLE_RECORDS)
+    sample = list(islice(doc.items(["messages"]), SAMPLE_RECORDS))
+    if "projectHash" in others or any(is_gemini_record(r) for r in sample):
+        return "gemini-cli"
     return choose(sample, among=("openai-chat", "anthropic"))
 
 
@@ -243,19 +274,25 @@ def detect(path: str | Path, *, max_record_bytes: int, forced: Format | None = N
         raise MalformedTranscriptError(f"{source}: not a regular file")
     container = sniff_container(source, max_record_bytes=max_record_bytes)
     if forced is not None:
-        if forced in _LINES_ONLY and container != "jsonl":
+        if (forced == "aider") != (container == "markdown"):
+            what = "an Aider chat history" if container == "markdown" else "JSON"
+            raise MalformedTranscriptError(f"{source}: {what}, not a {forced} file")
+        lines_only = forced in _LINES_ONLY or (forced in _LOGS and container == "array")
+        if container != "jsonl" and lines_only:
             raise MalformedTranscriptError(
                 f"{source}: {forced} files are JSON Lines, not one JSON document"
             )
         return Detected(forced, container)
     fmt: Format | None
-    if container == "jsonl":
+    if container == "markdown":
+        fmt = "aider"
+    elif container == "jsonl":
         lines = JsonLines(source, max_record_bytes=max_record_bytes, tolerate="any")
         fmt = choose(line.value for line in islice(lines, SAMPLE_RECORDS))
     elif container == "array":
         doc = JsonDocument(source, max_record_bytes=max_record_bytes)
         sample = islice(doc.items(), SAMPLE_RECORDS)
-        fmt = choose(sample, among=[f for f in FORMATS if f not in _LINES_ONLY])
+        fmt = choose(sample, among=[f for f in FORMATS if f not in _NOT_IN_ARRAYS])
     else:
         fmt = _object_format(JsonDocument(source, max_record_bytes=max_record_bytes))
     if fmt is None:

@@ -249,13 +249,15 @@ def _reason(exc: Exception) -> str:
 class _Scanner:
     """Finds the extent of JSON values in a file read chunk by chunk."""
 
-    def __init__(self, f: BinaryIO, path: Path, limit: int) -> None:
+    def __init__(self, f: BinaryIO, path: Path, limit: int, start: int = 0) -> None:
         self.f, self.path, self.limit = f, path, limit
         self.buf = b""
         self.pos = 0
-        self.base = 0
+        self.base = start
         self.eof = False
-        if f.read(3) != BOM:
+        if start:
+            f.seek(start)
+        elif f.read(3) != BOM:
             f.seek(0)
         else:
             self.base = 3
@@ -388,6 +390,35 @@ class JsonDocument:
         for _, raw in self._walk(streamed, items=True):
             if raw is not None:
                 yield self._decode(raw)
+
+    def located(self, streamed: Sequence[str]) -> Iterator[tuple[int, Json]]:
+        """``items(streamed)`` with each element's byte offset, for ``value_at``."""
+        with self.path.open("rb") as f:
+            s = _Scanner(f, self.path, self.max_record_bytes)
+            if s.expect(b"{") and s.skip_ws() == ord("}"):
+                return
+            while True:
+                key = self._decode(s.value())
+                s.expect(b":")
+                if key in streamed and s.skip_ws() == ord("["):
+                    s.expect(b"[")
+                    if s.skip_ws() == ord("]"):
+                        s.pos += 1
+                    else:
+                        while True:
+                            raw = s.value()
+                            yield s.base, self._decode(raw)
+                            if s.expect(b",]") == ord("]"):
+                                break
+                else:
+                    s.value()
+                if s.expect(b",}") == ord("}"):
+                    return
+
+    def value_at(self, offset: int) -> Json:
+        """The value starting at byte ``offset`` (from ``located``)."""
+        with self.path.open("rb") as f:
+            return self._decode(_Scanner(f, self.path, self.max_record_bytes, offset).value())
 
     def _decode(self, raw: bytes) -> Json:
         try:

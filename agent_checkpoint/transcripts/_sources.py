@@ -15,8 +15,10 @@ from pathlib import Path
 
 from .._model import Json
 from ..errors import InvalidArgumentError
+from ._aider import AiderHistory
 from ._anthropic import turns_from_messages as anthropic_turns
 from ._claude_code import ClaudeCodeLog
+from ._claude_code_web import LoglinesLines
 from ._codex import read_rollout
 from ._detect import FORMATS, WRAPPER_KEYS, Detected, Format, detect
 from ._errors import (
@@ -24,6 +26,8 @@ from ._errors import (
     MalformedTranscriptError,
     UnrecognizedFormatError,
 )
+from ._gemini import read_document as gemini_document
+from ._gemini import read_lines as gemini_lines
 from ._jsonio import MAX_RECORD_BYTES, JsonDocument, JsonLines, Tolerance
 from ._openai_chat import turns_from_messages as chat_turns
 from ._openai_responses import turns_from_items
@@ -44,6 +48,7 @@ class Transcript:
     ``server_history``, once read, names where the conversation before the file's records is
     kept when the file does not hold it (a Responses request that continues a stored
     response or conversation: ``"previous_response_id resp_..."``), else ``None``.
+    ``session`` is the Aider session asked for (from 1) or, once read, the one read.
     """
 
     def __init__(
@@ -53,9 +58,11 @@ class Transcript:
         *,
         max_record_bytes: int = MAX_RECORD_BYTES,
         subagent: str | None = None,
+        session: int | None = None,
     ) -> None:
         self.path = path
         self.subagent = subagent
+        self.session = session
         self.format: Format = detected.format
         self.container = detected.container
         self.max_record_bytes = max_record_bytes
@@ -63,6 +70,7 @@ class Transcript:
         self.notes: list[str] = []
         self.server_history: str | None = None
         self._log: ClaudeCodeLog | None = None
+        self._aider: AiderHistory | None = None
 
     def __repr__(self) -> str:
         return f"Transcript({str(self.path)!r}, format={self.format!r})"
@@ -70,10 +78,21 @@ class Transcript:
     def session_id(self) -> str | None:
         """The id of the session the transcript records, where its format carries one (a
         Claude Code log's ``sessionId``, a Codex rollout's ``session_meta`` id), from the
-        first ``SESSION_ID_LINES`` lines; ``None`` otherwise."""
-        if self.format not in ("claude-code", "codex"):
+        first ``SESSION_ID_LINES`` lines; a Gemini CLI session's ``sessionId``); ``None``
+        otherwise."""
+        if self.format == "gemini-cli" and self.container == "object":
+            members, _ = JsonDocument(self.path, max_record_bytes=self.max_record_bytes).members(
+                ["messages"]
+            )
+            found = members.get("sessionId")
+            return found if isinstance(found, str) and found else None
+        if self.format not in ("claude-code", "codex", "gemini-cli"):
             return None
-        for line in islice(self._lines("any"), SESSION_ID_LINES):
+        if self.container != "jsonl":
+            lines: JsonLines = LoglinesLines(self.path, max_record_bytes=self.max_record_bytes)
+        else:
+            lines = self._lines("any")
+        for line in islice(lines, SESSION_ID_LINES):
             record = line.value
             if not isinstance(record, dict):
                 continue
@@ -133,9 +152,23 @@ class Transcript:
             for line in lines:
                 yield turn_from_json(line.value, f"{self.path}: line {line.number}")
             return
+        if self.format == "aider":
+            if self._aider is None:
+                self._aider = AiderHistory(
+                    self.path, ts=ts, session=self.session, max_record_bytes=self.max_record_bytes
+                )
+            yield from self._aider
+            self.session = self._aider.session  # the session read
+            notes.extend(self._aider.notes)
+            return
         if self.format == "claude-code":
             if self._log is None:
-                self._log = ClaudeCodeLog(self._lines("any"), ts=ts, subagent=self.subagent)
+                lines = (
+                    self._lines("any")
+                    if self.container == "jsonl"
+                    else LoglinesLines(self.path, max_record_bytes=self.max_record_bytes)
+                )
+                self._log = ClaudeCodeLog(lines, ts=ts, subagent=self.subagent)
             yield from self._log
             self.subagent = self._log.subagent  # a sub-agent's own log names its sub-agent
             notes.extend(self._log.notes)
@@ -152,6 +185,13 @@ class Transcript:
     def _parsed(self, notes: list[str], ts: str) -> Iterator[Turn]:
         if self.format == "codex":
             yield from read_rollout(self._lines("any"), ts=ts, notes=notes)
+            return
+        if self.format == "gemini-cli":
+            if self.container == "jsonl":
+                yield from gemini_lines(self._lines("any"), ts=ts, notes=notes)
+            else:
+                doc = JsonDocument(self.path, max_record_bytes=self.max_record_bytes)
+                yield from gemini_document(doc, ts=ts, notes=notes)
             return
         records, members = self._records(notes)
         model = members.get("model")
@@ -196,11 +236,13 @@ def open_transcript(
     format: Format | None = None,
     max_record_bytes: int = MAX_RECORD_BYTES,
     subagent: str | None = None,
+    session: int | None = None,
 ) -> Transcript:
     """Open a transcript of any supported format; ``format`` overrides detection.
 
     ``subagent`` reads the conversation of that sub-agent (its ``agentId``) from a Claude
-    Code log instead of the main one. Raises ``TranscriptError`` subclasses for a missing,
+    Code log instead of the main one; ``session`` reads that session (from 1) of an Aider
+    chat history instead of the last one. Raises ``TranscriptError`` subclasses for a missing,
     empty, binary, non-JSON or unrecognised file, and for ``subagent`` on another format.
     Errors in later records surface while iterating.
     """
@@ -217,4 +259,18 @@ def open_transcript(
             f"{source}: this {detected.format} file has no sub-agents; --subagent reads "
             "Claude Code logs"
         )
-    return Transcript(source, detected, max_record_bytes=max_record_bytes, subagent=subagent)
+    if session is not None:
+        if isinstance(session, bool) or not isinstance(session, int) or session < 1:
+            raise InvalidArgumentError(f"session is a number from 1, got {session!r}")
+        if detected.format != "aider":
+            raise UnrecognizedFormatError(
+                f"{source}: this {detected.format} file holds one session; --session picks "
+                "one of an Aider chat history's sessions"
+            )
+    return Transcript(
+        source,
+        detected,
+        max_record_bytes=max_record_bytes,
+        subagent=subagent,
+        session=session,
+    )

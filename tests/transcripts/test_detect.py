@@ -34,6 +34,10 @@ from agent_checkpoint.transcripts._jsonio import BOM, MAX_RECORD_BYTES
         ("transcripts/openai_responses.json", "openai-responses", "object"),
         ("transcripts/codex_rollout.jsonl", "codex", "jsonl"),
         ("transcripts/codex_compacted.jsonl", "codex", "jsonl"),
+        ("transcripts/aider_sessions.md", "aider", "markdown"),
+        ("transcripts/gemini_session.json", "gemini-cli", "object"),
+        ("transcripts/gemini_session.jsonl", "gemini-cli", "jsonl"),
+        ("transcripts/claude_code_web_export.json", "claude-code", "object"),
     ],
 )
 def test_each_fixture_is_detected_by_its_content(
