@@ -188,6 +188,7 @@ Entry = tuple[int, int | None]
 def _index(lines: JsonLines) -> dict[str, Entry]:
     """The messages the session holds now, in order, each by where it was last written."""
     held: dict[str, Entry] = {}
+    others = 0
     for line in lines:
         record = line.value
         if not isinstance(record, dict):
@@ -205,8 +206,12 @@ def _index(lines: JsonLines) -> dict[str, Entry]:
                 held.clear()
                 for k, message in enumerate(messages):
                     held[_key(message, line.number, k)] = (line.offset, k)
-        elif isinstance(record.get("type"), str) and "sessionId" not in record:
+        elif record.get("type") in MESSAGE_TYPES and "sessionId" not in record:
             held[_key(record, line.number, None)] = (line.offset, None)
+        elif "sessionId" not in record:
+            others += 1
+    if others:
+        lines.notes.append(f"skipped {others} line(s) that are not Gemini CLI messages")
     return held
 
 

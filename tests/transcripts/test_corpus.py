@@ -2,7 +2,8 @@
 they live, see ``support.shared_fixtures``) save and resume without losing a message or a tool
 call of the active conversation.
 
-For each file, a simple reading of the file itself (written here, sharing no code with the
+Aider chat histories (``corpus/aider``) and Gemini CLI sessions (``corpus/gemini-cli``) are
+counted the same way. For each file, a simple reading of the file itself (written here, sharing no code with the
 readers) counts what the active conversation holds: inputs (user, system and developer
 messages), assistant replies, tool calls and tool results. The saved turns, the checkpoint
 history and the request the reference adapter sends must hold the same counts.
@@ -11,6 +12,7 @@ history and the request the reference adapter sends must hold the same counts.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -22,7 +24,11 @@ from support.shared_fixtures import shared_names
 
 from agent_checkpoint.transcripts import open_transcript, plan_integrity, turns_to_checkpoint
 
-FILES = shared_names("corpus", (".jsonl", ".json"))
+FILES = [
+    name
+    for name in shared_names("corpus", (".jsonl", ".json", ".md"))
+    if not name.endswith("/SOURCES.md")
+]
 ADAPTER = (sys.executable, "-m", "agent_checkpoint.adapters.openai_minimal")
 NOISE = ("<local-command-caveat>", "<local-command-stdout>", "<local-command-stderr>")
 Counts = dict[str, int]
@@ -128,11 +134,52 @@ def codex_expected(path: Path) -> Counts:
     return items_expected([r["payload"] for r in records(path) if r.get("type") == "response_item"])
 
 
+def aider_expected(path: Path) -> Counts:
+    """The last session holding a user line, each line a letter (U ``####``, O ``>``, B blank,
+    T text) from its first user line on: a run of U is a message, O runs joined across blank
+    lines are one output block (an input), T runs joined across blank lines are one reply."""
+    sessions = re.split(r"(?m)^# aider chat started at .*$", path.read_text(encoding="utf-8"))
+    talk = [s for s in sessions if re.search(r"(?m)^####( |$)", s)][-1]
+    letters = "".join(
+        "U"
+        if re.match(r"####( |$)", line)
+        else "O"
+        if line.startswith(">")
+        else "B"
+        if not line.strip()
+        else "T"
+        for line in talk.splitlines()
+    )
+    letters = letters[letters.index("U") :]
+    outputs = len(re.findall(r"O(?:B*O)*", letters))
+    return {
+        "inputs": len(re.findall(r"U+", letters)) + outputs,
+        "replies": len(re.findall(r"T(?:B*T)*", letters)),
+    }
+
+
+def gemini_expected(path: Path) -> Counts:
+    """Messages of type user and gemini (the CLI's info and error notices are not the model's
+    conversation); each tool call, and each that carries a result."""
+    messages = json.loads(path.read_text(encoding="utf-8"))["messages"]
+    calls = [c for m in messages if m["type"] == "gemini" for c in m.get("toolCalls") or ()]
+    return {
+        "inputs": sum(m["type"] == "user" for m in messages),
+        "replies": sum(m["type"] == "gemini" for m in messages),
+        "calls": len(calls),
+        "results": sum(bool(c.get("result")) for c in calls),
+    }
+
+
 def expected(path: Path) -> Counts:
     if path.parent.name == "claude-code":
         found = claude_code_expected(path)
     elif path.parent.name == "codex":
         found = codex_expected(path)
+    elif path.parent.name == "aider":
+        found = aider_expected(path)
+    elif path.parent.name == "gemini-cli":
+        found = gemini_expected(path)
     else:
         found = request_expected(path)
     return {k: found.get(k, 0) for k in ("inputs", "replies", "calls", "results")}
