@@ -33,5 +33,4 @@ class LoglinesLines(JsonLines):
             yield Line(number, offset, value)
 
     def records_at(self, offsets: Iterable[int]) -> Iterator[Json]:
-        for offset in offsets:
-            yield self._doc.value_at(offset)
+        yield from self._doc.values_at(offsets)

@@ -39,6 +39,8 @@ MAX_RECORD_BYTES = 32 * 1024 * 1024
 """Longest line or array element read, in bytes; a longer one is refused, never truncated."""
 
 _CHUNK = 1 << 20
+_FIRST_READ = 16 * 1024
+"""What is read first to decode one record at a known offset (doubling up to ``_CHUNK``)."""
 _WHOLE = 1 << 20
 """A file up to this size is read in one call and split, rather than line by line."""
 _WS = b" \t\r\n"
@@ -249,8 +251,11 @@ def _reason(exc: Exception) -> str:
 class _Scanner:
     """Finds the extent of JSON values in a file read chunk by chunk."""
 
-    def __init__(self, f: BinaryIO, path: Path, limit: int, start: int = 0) -> None:
+    def __init__(
+        self, f: BinaryIO, path: Path, limit: int, start: int = 0, chunk: int = _CHUNK
+    ) -> None:
         self.f, self.path, self.limit = f, path, limit
+        self.chunk = chunk
         self.buf = b""
         self.pos = 0
         self.base = start
@@ -270,10 +275,11 @@ class _Scanner:
             return False
         if len(self.buf) - start > self.limit:
             raise self.fail(f"a record longer than {self.limit} bytes")
-        chunk = self.f.read(_CHUNK)
+        chunk = self.f.read(self.chunk)
         if not chunk:
             self.eof = True
             return False
+        self.chunk = min(self.chunk * 2, _CHUNK)  # a short read first, for one record
         self.buf += chunk
         return True
 
@@ -415,10 +421,12 @@ class JsonDocument:
                 if s.expect(b",}") == ord("}"):
                     return
 
-    def value_at(self, offset: int) -> Json:
-        """The value starting at byte ``offset`` (from ``located``)."""
+    def values_at(self, offsets: Iterable[int]) -> Iterator[Json]:
+        """The values starting at the byte ``offsets`` (from ``located``), in the order given."""
         with self.path.open("rb") as f:
-            return self._decode(_Scanner(f, self.path, self.max_record_bytes, offset).value())
+            for offset in offsets:
+                s = _Scanner(f, self.path, self.max_record_bytes, offset, chunk=_FIRST_READ)
+                yield self._decode(s.value())
 
     def _decode(self, raw: bytes) -> Json:
         try:
