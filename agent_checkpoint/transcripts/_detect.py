@@ -276,7 +276,7 @@ def detect(path: str | Path, *, max_record_bytes: int, forced: Format | None = N
     if forced is not None:
         if (forced == "aider") != (container == "markdown"):
             what = "an Aider chat history" if container == "markdown" else "JSON"
-            raise MalformedTranscriptError(f"{source}: {what}, not a {forced} file")
+            raise MalformedTranscriptError(f"{source}: {what}, not a file of the {forced} format")
         lines_only = forced in _LINES_ONLY or (forced in _LOGS and container == "array")
         if container != "jsonl" and lines_only:
             raise MalformedTranscriptError(

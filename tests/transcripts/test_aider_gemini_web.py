@@ -230,3 +230,29 @@ def test_diff_and_merge_read_the_new_formats(
     merged = tmp_path / "merged.jsonl"
     assert run("merge", str(document), str(gemini), "-o", str(merged)).code == 0
     assert len(list(read_turns(merged))) == 7
+
+
+@pytest.mark.parametrize(
+    ("name", "forced", "says"),
+    [
+        ("transcripts/openai_chat_tools.json", "aider", "JSON, not a file of the aider format"),
+        (
+            "transcripts/aider_sessions.md",
+            "gemini-cli",
+            "an Aider chat history, not a file of the gemini-cli",
+        ),
+        ("transcripts/openai_chat_tools.json", "gemini-cli", "JSON Lines, not one JSON document"),
+        ("transcripts/openai_chat_tools.json", "claude-code", "JSON Lines, not one JSON document"),
+    ],
+)
+def test_a_forced_format_that_cannot_hold_the_file_is_refused(
+    fixture_path: Callable[[str], Path], name: str, forced: str, says: str
+) -> None:
+    with pytest.raises(MalformedTranscriptError, match=says):
+        open_transcript(fixture_path(name), format=forced)  # type: ignore[arg-type]
+
+
+def test_a_chat_body_is_not_taken_for_a_gemini_session(tmp_path: Path) -> None:
+    path = tmp_path / "body.json"
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi", "id": "1"}]}))
+    assert open_transcript(path).format == "openai-chat"
