@@ -124,7 +124,7 @@ def write_gemini_json(f: TextIO, rng: random.Random, target: int) -> None:
 
 def write_gemini_jsonl(f: TextIO, rng: random.Random, target: int) -> None:
     f.write(dumps(HEADER | {"kind": "main"}) + "\n")
-    for message, calls in gemini_messages(rng, int(target / 1.75)):
+    for message, calls in gemini_messages(rng, int(target / 1.15)):
         if calls:  # first written with its call still running, then again when done
             running = [{**c, "status": "executing", "result": None} for c in message["toolCalls"]]  # type: ignore[attr-defined]
             f.write(dumps(message | {"toolCalls": running}) + "\n")
