@@ -13,6 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._model import CHECKPOINT_VERSION
+from ._model._turns import PREFIX as _PREFIX
+from ._model._turns import js_typeof, validate_messages
+from ._model._turns import refuse as _refuse
 from .errors import InvalidCheckpointError
 
 __all__ = [
@@ -24,7 +27,6 @@ __all__ = [
 
 MAX_EVIDENCE_RECOVERY_CHARS = 1_000_000
 _MAX_SAFE_INTEGER = 2**53 - 1
-_PREFIX = "[resumeOnError] "
 
 _LEDGER_MESSAGE = (
     _PREFIX + "checkpoint `findingsLedger` must be an array of ledger rows when present — each a "
@@ -36,19 +38,6 @@ _LEDGER_MESSAGE = (
     "'clock-on-resume' or 'call' with the fields that kind records. An older runtime refuses a "
     "checkpoint that carries a kind it does not know."
 )
-
-
-def js_typeof(value: Any) -> str:
-    """What JavaScript's ``typeof`` says of a decoded JSON value."""
-    if value is None or isinstance(value, (dict, list)):
-        return "object"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "undefined"
 
 
 def _js_string(value: Any) -> str:
@@ -112,10 +101,6 @@ def _is_str(value: Any) -> bool:
     return isinstance(value, str)
 
 
-def _refuse(message: str) -> InvalidCheckpointError:
-    return InvalidCheckpointError(_PREFIX + message)
-
-
 def validate_checkpoint(doc: Any) -> Mapping[str, Any]:
     """Return ``doc`` if the door accepts it, else raise ``InvalidCheckpointError``."""
     if not isinstance(doc, (dict, list)):
@@ -161,29 +146,6 @@ def validate_checkpoint(doc: Any) -> Mapping[str, Any]:
             )
     validate_messages(doc["history"])
     return doc
-
-
-def validate_messages(messages: list[Any], start: int = 0) -> None:
-    """The door's per-message check (step 10) for ``messages``, numbered from ``start``: a
-    writer that extends a validated history checks only what it adds."""
-    for i, message in enumerate(messages, start):
-        if not isinstance(message, dict):
-            got = "null" if message is None else js_typeof(message)
-            raise _refuse(
-                f"checkpoint history[{i}] is not a message (got {got}). Each entry must be "
-                "{ role, content }."
-            )
-        role, content = message.get("role"), message.get("content")
-        if not isinstance(role, str) or not isinstance(content, str):
-            shown = "missing" if "content" not in message else js_typeof(content)
-            role_type = "undefined" if "role" not in message else js_typeof(role)
-            raise _refuse(
-                f"checkpoint history[{i}] is missing text: `role` is {role_type}, `content` is "
-                f"{shown}. Every turn in a stored conversation must carry {{ role: string, "
-                "content: string } — a turn without content cannot be composed into the next "
-                "request, and the failure would otherwise surface deep inside the run rather "
-                "than here."
-            )
 
 
 def _is_safe_positive_int(value: Any) -> bool:

@@ -47,6 +47,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._resumable import describe_failure
+
 __all__ = [
     "BackendError",
     "BackendUnavailableError",
@@ -107,8 +109,6 @@ class RunCheckpointError(CheckpointError):
     code = "ERR_RUN_CHECKPOINT"
 
     def __init__(self, cause: BaseException, checkpoint: Any) -> None:
-        from .resume._failure import describe_failure  # the message needs the model
-
         super().__init__(describe_failure(cause, checkpoint))
         self.checkpoint = checkpoint
         self.__cause__ = cause

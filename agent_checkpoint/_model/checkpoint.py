@@ -27,6 +27,7 @@ from ._struct import (
     part,
     parts,
 )
+from ._turns import validate_messages
 from .messages import Message, messages_json
 
 CHECKPOINT_VERSION = 1
@@ -166,8 +167,6 @@ def _unreadable(messages: tuple[JsonObject, ...]) -> Exception:
     """Why a history ``from_json`` took unchecked cannot be typed: the door's message for
     its first bad entry (``from_json`` leaves the checks to the door, and a history is
     typed on first use)."""
-    from .._validation import validate_messages  # the door imports the model
-
     try:
         validate_messages(list(messages))
     except InvalidCheckpointError as refusal:
