@@ -64,6 +64,7 @@ from ._disk_files import (
     parse_record,
 )
 from ._disk_index import SummaryIndex, busy
+from ._url_options import SCHEMES
 
 __all__ = ["DiskBackend", "file_name"]
 
@@ -227,7 +228,7 @@ class DiskBackend(Closable):
             path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
         else:
             path = url  # a bare path, taken as written
-        return cls(os.path.expanduser(path), **options)
+        return cls(os.path.expanduser(path), **SCHEMES["disk"].read(url, options).store)
 
     # -- plumbing ------------------------------------------------------------------------
 

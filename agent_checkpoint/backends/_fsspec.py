@@ -41,6 +41,7 @@ from ._objects import (
     reserved_root,
     segments_of,
 )
+from ._url_options import EVERY, SCHEMES
 
 READS = 8  # a read that misses a legacy segment a racing write deleted reads again
 _LOCKS: dict[tuple[str, str], threading.RLock] = {}
@@ -71,6 +72,9 @@ class FsspecBackend(Closable):
 
     @classmethod
     def from_url(cls, url: str, *, fs: Any = None, **storage_options: Any) -> FsspecBackend:
+        """Any fsspec URL (``fsspec+`` stripped), keywords being the filesystem's storage
+        options; or a ready filesystem (``fs=``), beside which they are refused."""
+        SCHEMES["fsspec"].read(url, storage_options, client=fs, driver_keywords=EVERY)
         target = url.removeprefix("fsspec+")
         if fs is not None:
             return cls(fs, fs._strip_protocol(target))

@@ -13,8 +13,8 @@ import itertools
 import threading
 from typing import Any
 
-from ..errors import InvalidArgumentError
 from ._base import Closable, Query, Record, Summary, is_after, matches, plan_drop, plan_save
+from ._url_options import SCHEMES
 
 
 class MemoryBackend(Closable):
@@ -30,10 +30,7 @@ class MemoryBackend(Closable):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MemoryBackend:
-        if options:  # it takes none: a keyword meant for another store is a mistake
-            raise InvalidArgumentError(
-                f"memory store: unknown option {sorted(options)[0]!r} (it takes none)"
-            )
+        SCHEMES["memory"].read(url, options)  # it takes none: one meant for another store
         return cls()
 
     def load(self, key: str) -> Record | None:

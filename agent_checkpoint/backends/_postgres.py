@@ -22,7 +22,6 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 import psycopg
 from psycopg import sql
@@ -34,7 +33,6 @@ from .._bridge import await_only, bridged
 from .._codec import join_parts
 from ..errors import (
     ConflictError,
-    InvalidKeyError,
     StoreClosedError,
     StoreNotFoundError,
 )
@@ -53,20 +51,19 @@ from ._postgres_connections import (
     AsyncPool,
     CannotConnectError,
     TimedConnection,
+    conninfo,
     make_pool,
-    split_url,
     unbounded,
 )
 from ._postgres_schema import (
     LEDGER,
-    MAX_SCHEMA_NAME,
     MAX_TABLE_NAME,
     MIGRATIONS,
     migrate,
     object_names,
 )
 from ._postgres_sql import COLUMNS, scan_statement, statements
-from ._url_options import number, whole
+from ._url_options import DEFAULT_TABLE, EVERY, SCHEMES
 
 __all__ = [
     "DEFAULT_READ_TIMEOUT",
@@ -77,8 +74,6 @@ __all__ = [
     "TimedConnection",
 ]
 
-DEFAULT_TABLE = "agent_checkpoints"
-
 Connection = psycopg.Connection[TupleRow]
 
 # Connection loss, admin shutdown, pool timeouts, serialization failures and deadlocks are all
@@ -88,6 +83,7 @@ FATAL: tuple[type[BaseException], ...] = (psycopg.Error,)
 
 
 NAME = "postgres"
+OPTIONS = SCHEMES[NAME]
 
 
 class PostgresBackend(Closable):
@@ -110,9 +106,9 @@ class PostgresBackend(Closable):
         owns_pool: bool = False,
         _namespace: bool = False,
     ) -> None:
-        _check_name("schema", schema, MAX_SCHEMA_NAME)
+        OPTIONS.check("schema", schema)
         if not _namespace:
-            _check_name("table", table, MAX_TABLE_NAME)
+            OPTIONS.check("table", table)
         self.pool = pool
         self.schema = schema
         self.table = table
@@ -124,62 +120,21 @@ class PostgresBackend(Closable):
 
     @classmethod
     def from_url(
-        cls,
-        url: str,
-        *,
-        schema: str | None = None,
-        table: str | None = None,
-        min_size: int | None = None,
-        max_size: int | None = None,
-        pool_timeout: float | None = None,
-        read_timeout: float | None = None,
-        client: ConnectionPool[Any] | AsyncConnectionPool[Any] | None = None,
-        asynchronous: bool = False,
+        cls, url: str, *, client: Any = None, asynchronous: bool = False, **options: Any
     ) -> PostgresBackend:
         """``postgresql://user@host:port/db?schema=..&table=..&min_size=..&max_size=..``
-        ``&pool_timeout=..&read_timeout=..``; other query parameters go to libpq. Keywords
-        override the URL. ``read_timeout`` (seconds, ``DEFAULT_READ_TIMEOUT`` unless given;
-        ``0``: no limit) bounds each wait for the server's reply. With a ready pool
-        (``client=``, which you own and close), the URL gives only ``schema`` and ``table``.
-        ``asynchronous``: see ``from_url_async``."""
+        ``&pool_timeout=..&read_timeout=..`` (``SCHEMES["postgres"]``); other query parameters
+        go to libpq. Keywords override the URL. ``read_timeout`` (seconds,
+        ``DEFAULT_READ_TIMEOUT`` unless given; ``0``: no limit) bounds each wait for the
+        server's reply. With a ready pool (``client=``, which you own and close), the URL gives
+        only ``schema`` and ``table``. ``asynchronous``: see ``from_url_async``."""
+        given = OPTIONS.read(url, options, client=client, driver_url=EVERY)
+        pool: Any = client
         if client is None:
-            conninfo, ours = split_url(url)
-        else:
-            ours = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
-        schema = schema if schema is not None else ours.get("schema", "public")
-        table = table if table is not None else ours.get("table", DEFAULT_TABLE)
-        _check_name("schema", schema, MAX_SCHEMA_NAME)
-        _check_name("table", table, MAX_TABLE_NAME)
-        if client is not None:
-            sized: dict[str, float | None] = {"min_size": min_size, "max_size": max_size}
-            sized |= {"pool_timeout": pool_timeout, "read_timeout": read_timeout}
-            extra = {k for k in ours if k not in ("schema", "table")}
-            extra |= {k for k, v in sized.items() if v is not None}
-            if extra:
-                raise InvalidKeyError(
-                    f"postgres options {', '.join(sorted(extra))} configure a connection or "
-                    "pool this store makes, but client= passes a pool in: set them on that pool"
-                )
-            pool: Any = AsyncPool(client) if isinstance(client, AsyncConnectionPool) else client
-            return cls(pool, schema=schema, table=table)
-
-        def option(name: str, given: object, default: object) -> object:
-            return given if given is not None else ours.get(name, default)
-
-        min_conns = whole(NAME, "min_size", option("min_size", min_size, 1))
-        max_conns = whole(NAME, "max_size", option("max_size", max_size, 10), minimum=1)
-        wait = option("pool_timeout", pool_timeout, 5)
-        timeout = option("read_timeout", read_timeout, DEFAULT_READ_TIMEOUT)
-        pool = make_pool(
-            conninfo,
-            min_size=min_conns,
-            max_size=max_conns,
-            pool_timeout=number(NAME, "pool_timeout", wait, positive=True),
-            read_timeout=number(NAME, "read_timeout", timeout) or None,
-            asynchronous=asynchronous,
-        )
-        pool = AsyncPool(pool) if asynchronous else pool
-        return cls(pool, schema=schema, table=table, owns_pool=True)
+            pool = make_pool(conninfo(given), **given.connection, asynchronous=asynchronous)
+        if isinstance(pool, AsyncConnectionPool):
+            pool = AsyncPool(pool)
+        return cls(pool, **given.store, owns_pool=client is None)
 
     @classmethod
     def from_url_async(cls, url: str, **options: Any) -> PostgresBackend:
@@ -393,12 +348,3 @@ def _namespace_table(table: str, name: str) -> str:
     room = MAX_TABLE_NAME - len(name.encode()) - 10  # "~", 8 hex digits, "$"
     cut = table.encode()[:room].decode(errors="ignore")
     return f"{cut}~{hashlib.sha256(table.encode()).hexdigest()[:8]}${name}"
-
-
-def _check_name(what: str, value: str, limit: int) -> None:
-    reserved = "\x00$" if what == "table" else "\x00"  # "$" names a store's namespaces
-    if not value or any(c in value for c in reserved) or len(value.encode()) > limit:
-        shown = "NUL or $" if what == "table" else "NUL"
-        raise InvalidKeyError(
-            f"postgres {what} name must be 1-{limit} bytes without {shown}, got {value!r}"
-        )

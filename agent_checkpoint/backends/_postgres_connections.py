@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
 from psycopg.abc import PQGen
@@ -35,6 +35,7 @@ from ..errors import (
     StoreError,
     StoreNotFoundError,
 )
+from ._url_options import DEFAULT_READ_TIMEOUT, SCHEMES, Given
 
 __all__ = [
     "DEFAULT_READ_TIMEOUT",
@@ -45,8 +46,8 @@ __all__ = [
     "CheckedPool",
     "ReadTimeoutError",
     "TimedConnection",
+    "conninfo",
     "make_pool",
-    "split_url",
     "unbounded",
 ]
 
@@ -58,11 +59,6 @@ if "timeout" not in inspect.signature(psycopg.Connection.wait).parameters:  # be
         "cannot bound a wait for the server by the store's read_timeout (from 3.3.6): "
         "pip install -U 'localab-checkpoint[postgres]'"
     )
-
-DEFAULT_READ_TIMEOUT = 20.0
-"""Seconds a statement may wait for the server's reply; ``read_timeout=0`` waits forever."""
-
-URL_OPTIONS = ("schema", "table", "min_size", "max_size", "pool_timeout", "read_timeout")
 
 _CANCEL_WAIT = 2.0  # a server that answers nothing will not answer a cancel request either
 
@@ -262,28 +258,23 @@ def _for_good(exc: psycopg.OperationalError, connected: bool) -> bool:
     return bool(_REFUSED_FOR_GOOD.search(text) or (not connected and _NOTHING_THERE.search(text)))
 
 
-def split_url(url: str) -> tuple[str, dict[str, str]]:
-    """A PostgreSQL URL as (conninfo for libpq, this library's options): the options
-    ``URL_OPTIONS`` names are ours, every other query parameter goes to libpq."""
-    parts = urlsplit(url)
-    params = parse_qsl(parts.query, keep_blank_values=True)
-    ours = {k: v for k, v in params if k in URL_OPTIONS}
-    libpq = [(k, v) for k, v in params if k not in URL_OPTIONS]
-    if not any(k == "connect_timeout" for k, _ in libpq):
-        libpq.append(("connect_timeout", "5"))  # libpq waits forever by default
-    # quote, not quote_plus: libpq reads '+' literally (options=-c%20name%3Dvalue).
-    conninfo = urlunsplit(parts._replace(query=urlencode(libpq, quote_via=quote)))
+def conninfo(given: Given) -> str:
+    """The conninfo for libpq of a PostgreSQL URL whose options ``given`` read: the URL's
+    query without this library's options (``SCHEMES["postgres"]``), with a connect timeout."""
+    # libpq waits forever to connect by default
+    made = given.driver_url(connect_timeout="5")
     try:
-        conninfo_to_dict(conninfo)  # libpq's own parse: refuses a parameter it does not know
+        conninfo_to_dict(made)  # libpq's own parse: refuses a parameter it does not know
     except psycopg.ProgrammingError as exc:
         why = " ".join(str(exc).split())
-        if parts.password is not None:  # libpq quotes what it cannot parse: maybe the password
-            why = why.replace(parts.password, "***")
+        password = urlsplit(given.url).password
+        if password is not None:  # libpq quotes what it cannot parse: maybe the password
+            why = why.replace(password, "***")
         raise InvalidKeyError(
-            f"postgres URL refused: {why} (this library's options: {', '.join(URL_OPTIONS)}; "
-            "anything else goes to libpq)"
+            f"postgres URL refused: {why} (this library's options: "
+            f"{', '.join(SCHEMES['postgres'].names)}; anything else goes to libpq)"
         ) from None
-    return conninfo, ours
+    return made
 
 
 def make_pool(

@@ -18,6 +18,7 @@ import psycopg
 from psycopg import sql
 
 from ..errors import BackendError
+from ._url_options import MAX_SCHEMA_NAME, MAX_TABLE_NAME
 
 __all__ = [
     "LEDGER",
@@ -31,10 +32,6 @@ __all__ = [
 
 LEDGER = "agent_checkpoint_migrations"
 
-# Object names are derived from the table name (``<table>_segments_pkey`` is the longest), so it
-# must leave room under NAMEDATALEN (63).
-MAX_TABLE_NAME = 48
-MAX_SCHEMA_NAME = 63
 
 Step = tuple[int, str, tuple[str, ...]]
 

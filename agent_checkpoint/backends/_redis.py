@@ -97,10 +97,10 @@ from ._redis_layout import (
     summary_of,
 )
 from ._redis_scripts import DROP, KEEP, LEGACY, PAGE, READ, WRITE
+from ._url_options import DEFAULT_PREFIX
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend", "VolatileRedisWarning"]
 
-DEFAULT_PREFIX = "agent-checkpoint"
 MAX_BATCH = 2000
 STAGE_BYTES = 64 * 1024
 """Bodies this large are stored under a key of their own, not passed to Lua (``WRITE``)."""
@@ -170,17 +170,9 @@ class RedisBackend(Closable):
         """A store on ``url``'s server, or on a ready ``client`` (a ``redis.Redis`` or
         ``RedisCluster`` you own and close) with the URL's store options. ``asynchronous``:
         see ``from_url_async``."""
-        made, ours = connect(
-            url, options, default_prefix=DEFAULT_PREFIX, client=client, asynchronous=asynchronous
-        )
-        return cls(
-            AsyncClient(made) if asynchronous else made,  # type: ignore[arg-type]
-            prefix=ours.prefix,
-            ttl=ours.ttl,
-            wait_replicas=ours.wait_replicas,
-            wait_timeout=ours.wait_timeout,
-            owns_client=client is None,
-        )
+        made, given = connect(url, options, client=client, asynchronous=asynchronous)
+        face = AsyncClient(made) if asynchronous else made
+        return cls(face, **given.store, owns_client=client is None)  # type: ignore[arg-type]
 
     @classmethod
     def from_url_async(cls, url: str, **options: Any) -> RedisBackend:

@@ -1,6 +1,7 @@
 """How the Redis backend reaches its server (``_redis.py`` holds the backend): the client
-``from_url`` builds, on one server or a Redis Cluster, the URL options it takes, and which of
-redis-py's errors are transient.
+``from_url`` builds, on one server or a Redis Cluster, which of redis-py's options a URL and
+keywords may carry beside the store's own (``SCHEMES["redis"]``), and which of redis-py's
+errors are transient.
 """
 
 from __future__ import annotations
@@ -8,9 +9,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
@@ -38,9 +39,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from .._bridge import Awaiting, await_only
-from ..errors import InvalidArgumentError, InvalidKeyError
+from ..errors import InvalidKeyError
 from ._base import translate_errors
-from ._url_options import flag, number, refuse_unknown, whole
+from ._url_options import DEFAULT_WAIT_TIMEOUT, SCHEMES, Given
 
 __all__ = [
     "DEFAULT_WAIT_TIMEOUT",
@@ -48,7 +49,6 @@ __all__ = [
     "TRANSIENT",
     "AsyncClient",
     "Client",
-    "StoreOptions",
     "connect",
     "is_cluster",
     "node_client",
@@ -89,73 +89,38 @@ ASYNC_MAX_CONNECTIONS = 20
 """Connections an ``AsyncStore``'s client opens at most (``max_connections`` sets it): the store
 runs as many calls at once, and the others wait their turn."""
 
-DEFAULT_WAIT_TIMEOUT = 1.0
-"""Seconds a write waits for its ``wait_replicas`` confirmations before ``NotReplicatedError``."""
-
-_OURS = ("prefix", "ttl", "cluster", "wait_replicas", "wait_timeout")
-
-
-@dataclass(frozen=True)
-class StoreOptions:
-    """This library's options of a redis URL (the rest are redis-py's)."""
-
-    prefix: str
-    ttl: float | None = None
-    wait_replicas: int = 0
-    wait_timeout: float = DEFAULT_WAIT_TIMEOUT
+OPTIONS = SCHEMES["redis"]
 
 
 def connect(
-    url: str,
-    options: dict[str, Any],
-    *,
-    default_prefix: str,
-    client: Any = None,
-    asynchronous: bool = False,
-) -> tuple[Any, StoreOptions]:
-    """A new client for ``url`` (``from_url`` owns it), and the store's own options, from the
-    URL's query or ``options`` (which win). With a ready ``client``, the URL gives only the
-    store's own options: connection options there would not reach the client, so they are
-    refused. ``asynchronous``: a ``redis.asyncio`` client, with the same options."""
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    hint = (
-        "this library's: prefix, ttl, cluster, wait_replicas, wait_timeout; "
-        "else redis-py's connection options"
-    )
-    refuse_unknown("redis", query, _url_options(parts.scheme), hint=hint)
+    url: str, options: dict[str, Any], *, client: Any = None, asynchronous: bool = False
+) -> tuple[Any, Given]:
+    """A new client for ``url`` (``from_url`` owns it), or the ready ``client``, and the
+    options of the URL's query and ``options`` (``SCHEMES["redis"]``, then redis-py's
+    connection options). ``asynchronous``: a ``redis.asyncio`` client, with the same options."""
+    scheme = urlsplit(url).scheme
 
-    def ours(name: str, default: object) -> Any:
-        return options.pop(name, query.pop(name, default))
+    def driver(ours: Mapping[str, Any]) -> frozenset[str]:
+        return _query_options(scheme) | _client_options(ours["cluster"], asynchronous)
 
-    prefix = ours("prefix", default_prefix)
-    ttl = ours("ttl", None)
-    cluster = flag("redis", "cluster", ours("cluster", False))
-    replicas = whole("redis", "wait_replicas", ours("wait_replicas", 0))
-    wait = number(
-        "redis", "wait_timeout", ours("wait_timeout", DEFAULT_WAIT_TIMEOUT), positive=True
+    given = OPTIONS.read(
+        url, options, client=client, driver_url=_query_options(scheme), driver_keywords=driver
     )
-    seconds = None if ttl in (None, "") else number("redis", "ttl", ttl, positive=True)
-    allowed = _url_options(parts.scheme) | _client_options(cluster, asynchronous)
-    unknown = sorted(set(options) - allowed)
-    if unknown:
-        raise InvalidArgumentError(
-            f"redis store: unknown option {unknown[0]!r} ({hint}, or of its connection pool)"
-        )
     if client is not None:
-        if query or options:
-            raise InvalidKeyError(
-                f"redis connection options {', '.join(sorted({*query, *options}))} cannot "
-                "apply to a client passed in (client=): set them on the client"
-            )
-        return client, StoreOptions(prefix, seconds, replicas, wait)
-    url = urlunsplit(parts._replace(query=urlencode(query)))
-    read = _seconds(options.get("socket_timeout", query.get("socket_timeout")))
-    if replicas and read is not None and wait >= read:
+        return client, given
+    options = dict(given.keywords)
+    read = _seconds(options.get("socket_timeout", dict(given.query).get("socket_timeout")))
+    wait = given["wait_timeout"]
+    if given["wait_replicas"] and read is not None and wait >= read:
         raise InvalidKeyError(
             f"redis option wait_timeout ({wait:g} s) must be below socket_timeout ({read:g} s): "
             "a longer wait for replicas would read as a lost connection"
         )
+    return _client(given.driver_url(), options, given["cluster"], asynchronous), given
+
+
+def _client(url: str, options: dict[str, Any], cluster: bool, asynchronous: bool) -> Any:
+    """A redis-py client of ``url``, with ``options`` and the library's defaults."""
     # The Store's tenacity policy governs retries; redis-py's own would hide outages.
     options.setdefault("retry", (AsyncRetry if asynchronous else Retry)(NoBackoff(), 0))
     options.setdefault("retry_on_error", [])
@@ -175,18 +140,16 @@ def connect(
         # A cluster client finds every node from this one; all of a store's keys share the
         # {prefix} hash tag, so each operation still goes to one node, in one round trip.
         if asynchronous and cluster:
-            client = AsyncRedisCluster.from_url(url, **options)
-        elif asynchronous:
+            return AsyncRedisCluster.from_url(url, **options)
+        if asynchronous:
             # Tasks are not bounded as threads are: the AsyncStore runs at most this many
             # calls at once (each holds one connection at a time), and the others wait for
             # their turn before any work (redis-py's BlockingConnectionPool would make them
             # wait here too, at ~50 us a command of its own).
             options.setdefault("max_connections", ASYNC_MAX_CONNECTIONS)
-            client = redis.asyncio.Redis.from_url(url, **options)
-        else:
-            made = RedisCluster.from_url if cluster else redis.Redis.from_url
-            client = made(url, **options)
-    return client, StoreOptions(prefix, seconds, replicas, wait)
+            return redis.asyncio.Redis.from_url(url, **options)
+        made = RedisCluster.from_url if cluster else redis.Redis.from_url
+        return made(url, **options)
 
 
 class AsyncClient(Awaiting):
@@ -274,7 +237,7 @@ def refresh_topology(client: Any) -> None:
 
 @functools.cache
 def _client_options(cluster: bool, asynchronous: bool) -> frozenset[str]:
-    """Keyword options redis-py's client takes beyond its connections' (``_url_options``):
+    """Keyword options redis-py's client takes beyond its connections' (``_query_options``):
     its connection pool's, and a cluster client's own."""
     pool = redis.asyncio.ConnectionPool if asynchronous else redis.ConnectionPool
     makers: list[Any] = [pool.__init__]
@@ -287,14 +250,14 @@ def _client_options(cluster: bool, asynchronous: bool) -> frozenset[str]:
 
 
 @functools.cache
-def _url_options(scheme: str) -> frozenset[str]:
-    """What a redis URL's query may set: ours, and what redis-py passes on to the connection
+def _query_options(scheme: str) -> frozenset[str]:
+    """What a redis URL's query may set beside ours: what redis-py passes on to the connection
     class of the scheme (an option it does not know fails only at the first command)."""
     kind = {
         "rediss": redis.connection.SSLConnection,
         "unix": redis.connection.UnixDomainSocketConnection,
     }
-    names = {*_OURS, *redis.connection.URL_QUERY_ARGUMENT_PARSERS}
+    names = set(redis.connection.URL_QUERY_ARGUMENT_PARSERS)
     for cls in kind.get(scheme, redis.connection.Connection).__mro__:
         if "__init__" in cls.__dict__:
             names.update(inspect.signature(cls.__dict__["__init__"]).parameters)

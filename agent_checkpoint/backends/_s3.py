@@ -34,7 +34,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -44,8 +44,9 @@ from ._objects import Entry, Layout, grave_fields, is_grave, key_name, reserved_
 from ._s3_bucket import NAME, Bucket, connect
 from ._s3_records import Known, Records, pack
 from ._s3_writes import Write
-from ._url_options import flag, refuse_unknown
+from ._url_options import SCHEMES
 
+OPTIONS = SCHEMES["s3"]
 RACES = 32
 """Attempts at one write while other writers keep winning its condition."""
 
@@ -90,36 +91,17 @@ class S3Backend:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        client: Any = None,
-        endpoint_url: str | None = None,
-        region: str | None = None,
-        profile: str | None = None,
-        create_bucket: bool = False,
-    ) -> S3Backend:
-        parts = urlsplit(url)
-        if parts.scheme != "s3" or not parts.netloc:
-            raise InvalidKeyError(f"an S3 store URL looks like s3://bucket/prefix, not {url!r}")
-        if "@" in parts.netloc:  # never echo it: it holds credentials
-            raise InvalidKeyError(
-                "an s3:// URL takes no credentials (s3://bucket/prefix): boto3 reads them from "
-                "the usual AWS sources (environment, ~/.aws, an instance role)"
-            )
-        params = dict(parse_qsl(parts.query))
-        refuse_unknown("s3", params, ("endpoint_url", "region", "profile", "create_bucket"))
-        region = region or params.get("region")
-        create_bucket = create_bucket or flag(
-            "s3", "create_bucket", params.get("create_bucket", "")
-        )
-        if client is not None:
-            return cls(client, parts.netloc, parts.path, create_bucket=create_bucket, region=region)
-        endpoint_url = endpoint_url or params.get("endpoint_url")
-        made = connect(endpoint_url, region, profile or params.get("profile"))
-        return cls(made, parts.netloc, parts.path, create_bucket=create_bucket, region=region,
-                   owns_client=True)  # fmt: skip
+    def from_url(cls, url: str, *, client: Any = None, **options: Any) -> S3Backend:
+        """``s3://bucket/prefix?endpoint_url=..&region=..&profile=..&create_bucket=..``
+        (``SCHEMES["s3"]``), keywords overriding the URL. With a ready boto3 client
+        (``client=``, which you own and close), ``endpoint_url`` and ``profile`` are refused:
+        set them on that client."""
+        bucket, prefix = _bucket_and_prefix(url)
+        given = OPTIONS.read(url, options, client=client)
+        owns = client is None
+        if owns:
+            client = connect(region=given["region"], **given.connection)
+        return cls(client, bucket, prefix, **given.store, owns_client=owns)
 
     @property
     def closed(self) -> bool:
@@ -303,3 +285,16 @@ class S3Backend:
         for sibling in siblings:
             sibling.close()
         self._bucket.close()
+
+
+def _bucket_and_prefix(url: str) -> tuple[str, str]:
+    """The bucket and the prefix an ``s3://bucket/prefix`` URL names."""
+    parts = urlsplit(url)
+    if parts.scheme != "s3" or not parts.netloc:
+        raise InvalidKeyError(f"an S3 store URL looks like s3://bucket/prefix, not {url!r}")
+    if "@" in parts.netloc:  # never echo it: it holds credentials
+        raise InvalidKeyError(
+            "an s3:// URL takes no credentials (s3://bucket/prefix): boto3 reads them from "
+            "the usual AWS sources (environment, ~/.aws, an instance role)"
+        )
+    return parts.netloc, parts.path

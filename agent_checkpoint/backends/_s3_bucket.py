@@ -96,7 +96,7 @@ def timestamp(value: Any) -> datetime:
     return parsed
 
 
-def connect(endpoint_url: str | None, region: str | None, profile: str | None) -> Any:
+def connect(*, endpoint_url: str | None, region: str | None, profile: str | None) -> Any:
     """A new boto3 client, for ``S3Backend.from_url`` to own (a client passed in keeps its
     own settings)."""
     config = Config(
