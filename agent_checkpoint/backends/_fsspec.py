@@ -78,23 +78,7 @@ class FsspecBackend(Closable):
         target = url.removeprefix("fsspec+")
         if fs is not None:
             return cls(fs, fs._strip_protocol(target))
-        try:
-            from fsspec.core import url_to_fs
-        except ModuleNotFoundError as exc:
-            raise MissingDependencyError(
-                f"the {url.partition(':')[0]}:// store needs the 'fsspec' package, which is not "
-                "installed; install it with: pip install 'localab-checkpoint[fsspec]'"
-            ) from exc
-        scheme = target.partition(":")[0]
-        try:
-            made, root = url_to_fs(target, **storage_options)
-        except ImportError as exc:  # fsspec names the driver package to install
-            raise MissingDependencyError(f"the {scheme}:// store needs a driver: {exc}") from exc
-        except ValueError as exc:
-            raise InvalidKeyError(
-                f"no store backend or fsspec filesystem for {url!r}: {exc}"
-            ) from exc
-        return cls(made, root)
+        return cls(*_filesystem(url, storage_options))
 
     def load(self, key: str) -> Record | None:
         return self._load(key_name(key), "load")
@@ -319,3 +303,23 @@ class FsspecBackend(Closable):
 
     def _translate(self, operation: str) -> Any:
         return translate_errors(self.name, operation, transient=TRANSIENT, fatal=(Exception,))
+
+
+def _filesystem(url: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
+    """fsspec's filesystem for ``url`` (``fsspec+`` stripped), and the root path in it."""
+    target = url.removeprefix("fsspec+")
+    try:
+        from fsspec.core import url_to_fs
+    except ModuleNotFoundError as exc:
+        raise MissingDependencyError(
+            f"the {url.partition(':')[0]}:// store needs the 'fsspec' package, which is not "
+            "installed; install it with: pip install 'localab-checkpoint[fsspec]'"
+        ) from exc
+    scheme = target.partition(":")[0]
+    try:
+        made, root = url_to_fs(target, **storage_options)
+    except ImportError as exc:  # fsspec names the driver package to install
+        raise MissingDependencyError(f"the {scheme}:// store needs a driver: {exc}") from exc
+    except ValueError as exc:
+        raise InvalidKeyError(f"no store backend or fsspec filesystem for {url!r}: {exc}") from exc
+    return made, root
