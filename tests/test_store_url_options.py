@@ -207,3 +207,14 @@ def test_a_store_that_makes_no_connection_takes_no_client(url: str, tmp_path: An
 def test_every_built_in_backend_reads_its_options_from_the_table() -> None:
     names = {backend_class(scheme).name for scheme in [*registry, "fsspec+memory"]}
     assert names == set(SCHEMES)
+
+
+@pytest.mark.parametrize("backend", sorted(set(SCHEMES) - {"fsspec"}))  # fsspec's: any
+def test_keywords_no_one_takes_are_refused_all_by_name_on_every_scheme(
+    backend: str, tmp_path: Any
+) -> None:
+    url = {**URLS, "disk": str(tmp_path / "store"), "memory": "memory://"}[backend]
+    with pytest.raises(InvalidArgumentError) as refused:
+        open_store(url, prefx="mine", tabel="runs")
+    assert "store: unknown options 'prefx', 'tabel' (" in str(refused.value)
+    assert list(tmp_path.iterdir()) == []

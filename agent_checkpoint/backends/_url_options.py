@@ -243,12 +243,13 @@ class Scheme:
         }
         taken = driver_keywords(values) if callable(driver_keywords) else driver_keywords
         others = {k: v for k, v in keywords.items() if k not in self.names}
-        for key in others:
-            if key not in taken:
-                scheme = url.partition("://")[0].lower() if "://" in url else "file"
-                raise InvalidArgumentError(
-                    f"{scheme} store: unknown option {key!r} ({self.hint()})"
-                )
+        unknown = sorted(k for k in others if k not in taken)
+        if unknown:
+            scheme = url.partition("://")[0].lower() if "://" in url else "file"
+            raise InvalidArgumentError(
+                f"{scheme} store: unknown option{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(map(repr, unknown))} ({self.hint()})"
+            )
         if client is not None:
             self._refuse_beside_client({*query, *ours}, [*passed, *others.items()])
         connection = {o.name for o in self.options if o.connection}
