@@ -25,10 +25,11 @@ records are skipped and removed when a scan meets them, or by ``repair``. The st
 namespaces (the pieces of long histories, claims) expire too, after twice the ttl, and the
 segment layer refreshes the pieces a record keeps referring to before each write of that
 record (``keep``): a long history expires with its record, and one refresh lost to a crash
-still leaves its pieces the record's lifetime. Writes are Lua
-scripts (``_redis_scripts.py``); a read is one HMGET, the pieces of a long history one pipeline
-of them (``load_many``). A put and a get are one round trip each (and one more for the pieces,
-where a history has any).
+still leaves its pieces the record's lifetime. Writes are Lua scripts (``_redis_scripts.py``);
+a read is one HMGET, the pieces of a long history one pipeline of them (``load_many``). A put
+and a get are one round trip each (and one more for the pieces, where a history has any).
+``_redis_commands.py`` runs the scripts and the reads (a big body staged, ``WAIT``, a script
+the server lost loaded again, a body stored apart read optimistically).
 
 On a Redis Cluster (``?cluster=true``, or a ``RedisCluster`` client) all of the above runs
 unchanged on the node that owns the store's slot; a cluster pipeline refuses scripts, so a
@@ -41,23 +42,11 @@ connection, by ``WAIT N wait_timeout``: it returns once N replicas confirmed it,
 
 from __future__ import annotations
 
-import traceback
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
-from redis.commands.core import Script
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
-
-from .._codec import join_parts
-from ..errors import (
-    InvalidArgumentError,
-    InvalidKeyError,
-    NotReplicatedError,
-    UnsupportedOperationError,
-)
+from ..errors import InvalidArgumentError, InvalidKeyError
 from ._base import (
     Closable,
     Query,
@@ -69,34 +58,21 @@ from ._base import (
     plan_drop,
     resolve_owner,
     revision_refused,
-    translate_errors,
 )
-from ._redis_connect import (
-    DEFAULT_WAIT_TIMEOUT,
-    FATAL,
-    TRANSIENT,
-    AsyncClient,
-    Client,
-    connect,
-    load_topology,
-    misconfigured,
-    node_client,
-    refresh_topology,
-)
-from ._redis_durability import DurabilityCheck, VolatileRedisWarning
+from ._legacy import assemble
+from ._redis_commands import Commands
+from ._redis_connect import DEFAULT_WAIT_TIMEOUT, AsyncClient, Client, connect
+from ._redis_durability import VolatileRedisWarning
 from ._redis_layout import (
     FIELDS,
     LOADED,
-    SAVED_AT_LIMIT,
     bounds,
     candidate_indexes,
-    newest,
-    oldest,
-    opt,
     page_filter,
     summary_of,
+    write_args,
 )
-from ._redis_scripts import DROP, KEEP, LEGACY, PAGE, READ, WRITE
+from ._redis_scripts import DROP, KEEP, LEGACY, PAGE, WRITE
 from ._url_options import DEFAULT_PREFIX
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend", "VolatileRedisWarning"]
@@ -104,7 +80,6 @@ __all__ = ["DEFAULT_PREFIX", "RedisBackend", "VolatileRedisWarning"]
 MAX_BATCH = 2000
 STAGE_BYTES = 64 * 1024
 """Bodies this large are stored under a key of their own, not passed to Lua (``WRITE``)."""
-STAGE_TTL_MS = 60_000
 READS = 8  # optimistic reads of a body stored apart before the atomic one (``READ``)
 
 
@@ -149,18 +124,19 @@ class RedisBackend(Closable):
         self._owns = owns_client
         self.prefix = prefix
         self.ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
-        self.wait_replicas = wait_replicas
-        """Replicas that must confirm each write (``WAIT``) before it returns; 0: none."""
-        self.wait_timeout = wait_timeout
         self._base = f"{{{prefix}}}:" if namespace is None else f"{{{prefix}}}#{namespace}:"
+        self._commands = Commands(
+            client,
+            prefix=prefix,
+            base=self._base,
+            wait_replicas=wait_replicas,
+            wait_timeout=wait_timeout,
+        )
         self._write = client.register_script(WRITE)
         self._drop = client.register_script(DROP)
         self._keep = client.register_script(KEEP)
         self._page = client.register_script(PAGE)
-        self._read = client.register_script(READ)
         self._legacy_read = client.register_script(LEGACY)
-        self._durability = DurabilityCheck(client, prefix)
-        self._topology = False  # loaded (``load_topology``)
         self._siblings: dict[str, RedisBackend] = {}
 
     @classmethod
@@ -182,6 +158,15 @@ class RedisBackend(Closable):
         return cls.from_url(url, asynchronous=True, **options)
 
     @property
+    def wait_replicas(self) -> int:
+        """Replicas that must confirm each write (``WAIT``) before it returns; 0: none."""
+        return self._commands.wait_replicas
+
+    @property
+    def wait_timeout(self) -> float:
+        return self._commands.wait_timeout
+
+    @property
     def max_connections(self) -> int | None:
         """The most connections the client opens (``None``: unbounded, or a cluster's)."""
         return getattr(getattr(self._client, "connection_pool", None), "max_connections", None)
@@ -189,54 +174,11 @@ class RedisBackend(Closable):
     # -- records -------------------------------------------------------------------------
 
     def load(self, key: str) -> Record | None:
-        with self._errors("load"):
-            row: list[Any] = self._client.hmget(self._record_key(key), LOADED)
-        if _apart(row):
-            with self._errors("load"):
-                body = self._client.get(self._body_key(key, row))
-            if body is None:  # replaced since the hash was read
-                return self.load_many([key])[0]
-            row = [body, *row[1:]]
-        return self._record(key, row)
+        return self._record(key, self._commands.row(key, READS))
 
     def load_many(self, keys: Sequence[str]) -> list[Record | None]:
-        # One pipeline: a store's keys share one hash tag, so on a cluster it goes to one node;
-        # the bodies stored apart (``STAGE_BYTES``: under the key WRITE names by revision) in
-        # one more. A body gone by then belongs to a record replaced since: read that again,
-        # and after ``READS`` tries atomically (``READ``), so busy writers cannot starve it.
-        found: list[Record | None] = [None] * len(keys)
-        wanted = list(range(len(keys)))
-        for attempt in range(READS + 1):
-            with self._errors("load"):
-                if attempt == READS:
-                    args = [self._base, *(keys[i] for i in wanted), *LOADED]
-                    rows = dict(
-                        zip(
-                            wanted,
-                            self._read([self._record_key(keys[i]) for i in wanted], args),
-                            strict=True,
-                        )
-                    )
-                    apart: list[int] = []
-                else:
-                    pipe = self._client.pipeline(transaction=False)
-                    for i in wanted:
-                        pipe.hmget(self._record_key(keys[i]), LOADED)
-                    rows = dict(zip(wanted, pipe.execute(), strict=True))
-                    apart = [i for i, row in rows.items() if _apart(row)]
-                    if apart:
-                        pipe = self._client.pipeline(transaction=False)
-                        for i in apart:
-                            pipe.get(self._body_key(keys[i], rows[i]))
-                        for i, body in zip(apart, pipe.execute(), strict=True):
-                            rows[i] = [body, *rows[i][1:]]
-            wanted = [i for i in apart if rows[i][0] is None]
-            for i, row in rows.items():
-                if i not in wanted:
-                    found[i] = self._record(keys[i], row)
-            if not wanted:
-                return found
-        raise AssertionError("unreachable: the atomic read leaves nothing to read again")
+        rows = self._commands.rows(keys, READS)
+        return [self._record(key, row) for key, row in zip(keys, rows, strict=True)]
 
     def _record(
         self, key: str, row: list[Any], segments: list[bytes] | None = None
@@ -245,23 +187,21 @@ class RedisBackend(Closable):
         if head is not None:  # stored in segments by version 0.4
             if segments is None:
                 return self._legacy(key)
-            if count is None or int(count) != len(segments):
-                body = head  # a lost segment: the head alone does not decode (unreadable)
-            else:
-                body = join_parts(head, b",".join(s for s in segments if s))
+            whole = count is not None and int(count) == len(segments)
+            body = assemble(head, segments if whole else None)
         if body is None:
             return None
         return Record(summary_of(key, row[3:]), body)
 
     def _legacy(self, key: str) -> Record | None:
         """A record version 0.4 stored in segments: its hash and list in one snapshot."""
-        with self._errors("load"):
+        with self._commands.errors("load"):
             row, segments = self._legacy_read(self._keys(key), LOADED)
         return self._record(key, row, segments)
 
     def head(self, key: str) -> Summary | None:
-        with self._errors("head"):
-            row: list[Any] = self._client.hmget(self._record_key(key), list(FIELDS))
+        with self._commands.errors("head"):
+            row: list[Any] = self._client.hmget(self._commands.record_key(key), list(FIELDS))
         return None if row[-1] is None else summary_of(key, row)
 
     def save(
@@ -273,40 +213,11 @@ class RedisBackend(Closable):
         if len(record.body) >= STAGE_BYTES:  # see WRITE: no big argument for Lua to copy
             staged = (f"{self._base}t:{uuid.uuid4().hex}", record.body)
         body = b"" if staged else record.body
-        args = [*self._args(s, create_only, expect_revision, body), str(size)]
+        args = write_args(self._base, s, create_only, expect_revision, body, self.ttl_ms)
+        args.append(str(size))
         keys = self._keys(s.key) + ([staged[0]] if staged else [])
-        reply = self._run("save", self._write, keys, args, staged)
+        reply = self._commands.run("save", self._write, keys, args, staged)
         return self._outcome(s, reply, expect_revision, size)
-
-    def _args(
-        self,
-        s: Summary,
-        create_only: bool,
-        revision: int | None,
-        body: bytes,
-    ) -> list[Any]:
-        if not -SAVED_AT_LIMIT <= s.saved_at <= SAVED_AT_LIMIT:
-            raise UnsupportedOperationError(
-                f"record {s.key!r} has savedAt {s.saved_at}; the redis store orders values "
-                f"within ±{SAVED_AT_LIMIT} ms of the epoch"
-            )
-        return [
-            self._base,
-            s.key,
-            "1" if create_only else "0",
-            "" if revision is None else str(revision),
-            body,
-            newest(s.saved_at),
-            oldest(s.saved_at),
-            opt(s.owner),
-            opt(s.agent_id),
-            opt(s.failure_phase),
-            s.run_id,
-            str(s.saved_at),
-            str(s.message_count),
-            opt(None if s.failure_iteration is None else str(s.failure_iteration)),
-            str(self.ttl_ms),
-        ]
 
     def _outcome(self, s: Summary, reply: list[Any], expected: int | None, size: int) -> Summary:
         """The stored summary for an "ok" reply of the write script; the refusal otherwise."""
@@ -323,7 +234,7 @@ class RedisBackend(Closable):
 
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
         expected = "" if expect_revision is None else str(expect_revision)
-        reply = self._run("drop", self._drop, self._keys(key), [self._base, key, expected])
+        reply = self._commands.run("drop", self._drop, self._keys(key), [self._base, key, expected])
         status: str = reply[0].decode()
         if status == "dropped":
             return True
@@ -339,7 +250,7 @@ class RedisBackend(Closable):
         batch = min(query.limit, MAX_BATCH)
         out: list[Summary] = []
         while True:
-            with self._errors("scan"):
+            with self._commands.errors("scan"):
                 last, removed, rows = self._read_batch(index, low, high, batch, query.prefix)
             for row in rows:
                 summary = summary_of(row[0].decode(), row[1:])
@@ -355,7 +266,7 @@ class RedisBackend(Closable):
     def repair(self) -> int:
         """Remove index members whose record expired or no longer matches; the count removed."""
         removed = 0
-        with self._errors("repair"):
+        with self._commands.errors("repair"):
             names = [self._base + "new", self._base + "old", self._base + "f"]
             registered: set[Any] = self._client.smembers(self._base + "ix")
             names += sorted(n.decode() for n in registered)
@@ -381,7 +292,7 @@ class RedisBackend(Closable):
                 wait_replicas=self.wait_replicas,
                 wait_timeout=self.wait_timeout,
             )
-            sibling._durability.checked = True
+            sibling._commands.durability.checked = True
             self._siblings[name] = sibling
         return sibling
 
@@ -390,8 +301,8 @@ class RedisBackend(Closable):
         ttl. One script call."""
         if not self.ttl_ms or not keys:
             return
-        hashes = [self._record_key(key) for key in keys]
-        self._run("keep", self._keep, hashes, [self._base, str(self.ttl_ms), *keys])
+        hashes = [self._commands.record_key(key) for key in keys]
+        self._commands.run("keep", self._keep, hashes, [self._base, str(self.ttl_ms), *keys])
 
     def close(self) -> None:
         if self._owns and not self._closed:
@@ -400,97 +311,16 @@ class RedisBackend(Closable):
 
     # -- internals -----------------------------------------------------------------------
 
-    def _record_key(self, key: str) -> str:
-        return self._base + "r:" + key
-
-    def _body_key(self, key: str, row: list[Any]) -> str:
-        """Where the body of the record ``row`` was read from is stored apart (``WRITE``)."""
-        return f"{self._base}b:{int(row[-1])}:{key}"
-
     def _keys(self, key: str) -> list[str]:
         """A record's keys: its hash and the segment list of version 0.4."""
-        return [self._base + "r:" + key, self._base + "s:" + key]
-
-    def _run(
-        self,
-        operation: str,
-        script: Script,
-        keys: list[str],
-        args: list[Any],
-        staged: tuple[str, bytes] | None = None,
-    ) -> Any:
-        """Run a write script in one round trip and return its reply. ``args`` start with the
-        prefix and the key, as every write script's do. ``staged``: a body SET under a
-        staging key (with an expiry, should the script not run) just before the script. With
-        ``wait_replicas``, a ``WAIT`` follows on the same connection, and a write the script
-        applied (``ok``, ``dropped``) that too few replicas confirmed raises
-        ``NotReplicatedError``."""
-        with self._errors(operation):
-            if not self.wait_replicas and staged is None:
-                return script(keys, args)
-            client = node_client(self._client, self.prefix)  # cluster pipelines refuse scripts
-            for _ in range(2):
-                pipe = client.pipeline(transaction=False)
-                if staged is not None:
-                    pipe.set(staged[0], staged[1], px=STAGE_TTL_MS)
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
-                if self.wait_replicas:
-                    pipe.wait(self.wait_replicas, max(1, round(self.wait_timeout * 1000)))
-                replies = pipe.execute(raise_on_error=False)[1 if staged else 0 :]
-                reply = replies[0]
-                confirmed = replies[1] if self.wait_replicas else 0
-                if not isinstance(reply, NoScriptError):
-                    break
-                script.sha = client.script_load(script.script)  # a new or flushed server
-            for answer in replies:
-                if isinstance(answer, Exception):
-                    raise answer
-        if reply[0] in (b"ok", b"dropped") and int(confirmed) < self.wait_replicas:
-            raise NotReplicatedError(
-                f"redis {operation} of key {args[1]!r} applied on the primary, but only "
-                f"{confirmed} of the {self.wait_replicas} replicas it waits for "
-                f"(wait_replicas) confirmed it within {self.wait_timeout:g} s "
-                "(wait_timeout): a failover now could lose it",
-                backend=self.name,
-                operation=operation,
-                key=args[1],
-                wanted=self.wait_replicas,
-                confirmed=int(confirmed),
-            )
-        return reply
-
-    @contextmanager
-    def _errors(self, operation: str) -> Iterator[None]:
-        with translate_errors(
-            self.name, operation, transient=TRANSIENT, fatal=FATAL, misconfigured=misconfigured
-        ):
-            try:
-                if not self._topology:
-                    load_topology(self._client)
-                    self._topology = True
-                self._durability()  # a store's first command: redis-py's races can meet it too
-                yield
-            except TRANSIENT:
-                refresh_topology(self._client)  # on a cluster, a failover may have moved the slot
-                raise
-            except AttributeError as exc:
-                if not _connection_dropped(exc):
-                    raise
-                raise RedisConnectionError(f"connection closed under the command ({exc})") from exc
-            except RuntimeError as exc:
-                if not _of_a_closed_loop(exc):
-                    raise
-                raise RedisConnectionError(
-                    "a connection made on an event loop that is closed since (an AsyncStore "
-                    "used from a new asyncio.run()); redis-py replaces it on the next attempt"
-                ) from exc
+        return [self._commands.record_key(key), self._base + "s:" + key]
 
     def _choose_index(self, query: Query) -> str:
         """The most selective index for the query's filters (ZCARD decides between several)."""
         candidates = candidate_indexes(self._base, query)
         if len(candidates) < 2:
             return candidates[0]
-        with self._errors("scan"):
+        with self._commands.errors("scan"):
             pipe = self._client.pipeline(transaction=False)
             for name in candidates:
                 pipe.zcard(name)
@@ -507,31 +337,3 @@ class RedisBackend(Closable):
             [index], [self._base, low, high, count, position, column, wanted, prefix or ""]
         )
         return reply[0], int(reply[1]) + int(reply[2]), reply[3:]
-
-
-def _connection_dropped(exc: AttributeError) -> bool:
-    """Whether ``exc`` is redis-py's asyncio connection writing to a socket it has just dropped.
-    Seen with redis-py 8.1's cluster client and concurrent commands: after a node's connection
-    fails, redis-py disconnects the node's free connections, and a command that took one of
-    them meanwhile writes to ``None``. Nothing was sent, so it is a lost connection like any
-    other, which the Store retries."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = frames[-1].filename.replace("\\", "/") if frames else ""
-    return "NoneType" in str(exc) and where.endswith("redis/asyncio/connection.py")
-
-
-def _of_a_closed_loop(exc: RuntimeError) -> bool:
-    """Whether ``exc`` is redis-py's asyncio connection, made on an event loop since closed,
-    failing to read its reply (and then to close itself) on another loop. The command may
-    have been sent: it is a connection lost under a command, which the Store retries and,
-    for a write, reads back. redis-py then connects again on the running loop."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    return str(exc) == "Event loop is closed" and any(
-        f.filename.replace("\\", "/").endswith("redis/asyncio/connection.py") for f in frames
-    )
-
-
-def _apart(row: list[Any]) -> bool:
-    """Whether a record read (``LOADED``) has its body stored apart: a live record (it has a
-    revision) with neither a ``body`` field nor a 0.4 ``head``."""
-    return row[0] is None and row[1] is None and row[-1] is not None

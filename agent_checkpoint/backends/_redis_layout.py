@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import UnsupportedOperationError
 from ._base import Query, Summary
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "opt",
     "page_filter",
     "summary_of",
+    "write_args",
 ]
 
 OFFSET = 10**16
@@ -121,3 +123,31 @@ def summary_of(key: str, row: list[Any]) -> Summary:
         size=int(size),
         revision=int(rev),
     )
+
+
+def write_args(
+    base: str, s: Summary, create_only: bool, revision: int | None, body: bytes, ttl_ms: int
+) -> list[Any]:
+    """The WRITE script's arguments 1 to 15 for the record summed up by ``s``."""
+    if not -SAVED_AT_LIMIT <= s.saved_at <= SAVED_AT_LIMIT:
+        raise UnsupportedOperationError(
+            f"record {s.key!r} has savedAt {s.saved_at}; the redis store orders values "
+            f"within ±{SAVED_AT_LIMIT} ms of the epoch"
+        )
+    return [
+        base,
+        s.key,
+        "1" if create_only else "0",
+        "" if revision is None else str(revision),
+        body,
+        newest(s.saved_at),
+        oldest(s.saved_at),
+        opt(s.owner),
+        opt(s.agent_id),
+        opt(s.failure_phase),
+        s.run_id,
+        str(s.saved_at),
+        str(s.message_count),
+        opt(None if s.failure_iteration is None else str(s.failure_iteration)),
+        str(ttl_ms),
+    ]
