@@ -30,15 +30,14 @@ them, settling older ones in its next synced commit and all of them on ``close``
 is rebuilt from the records when it is missing (``rebuild_index``).
 
 ``_disk_files.py`` holds the file format and the file writes, ``_disk_index.py`` the SQLite
-index; this module takes the locks and orders the steps.
+index, ``_disk_marks.py`` the key locks and the pending marks, ``_disk_folder.py`` what may be
+opened as a store; this module orders the steps.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
-import hashlib
 import os
 import sqlite3
 import threading
@@ -49,12 +48,6 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from .._container import is_container
-from ..errors import (
-    BackendError,
-    BackendUnavailableError,
-    InvalidKeyError,
-    StoreNotFoundError,
-)
 from ._base import Closable, Query, Record, Summary, closed_error, plan_drop, plan_save
 from ._disk_files import (
     RecordFiles,
@@ -63,42 +56,22 @@ from ._disk_files import (
     is_tombstone,
     parse_record,
 )
-from ._disk_index import SummaryIndex, busy
+from ._disk_folder import access, check_root, refuse_nested, translated
+from ._disk_index import SummaryIndex
+from ._disk_marks import Marks
 from ._url_options import SCHEMES
 
 __all__ = ["DiskBackend", "file_name"]
-
-_LOCK_STRIPES = 256
 
 _CLOSE_WAIT = 30.0
 """Seconds ``close`` waits for operations under way in other threads."""
 
 _KEPT_MARKS = 8
-"""Pending marks one backend keeps after its writes (``_written``); a listing reads the file of
+"""Pending marks one backend keeps after its writes (``Marks.written``); a listing reads the file of
 each mark it finds, so they are few."""
-
-_REBUILD = (
-    "; the store's index.sqlite3 cannot be read: move it aside and the store rebuilds it from "
-    "the record files"
-)
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-@contextmanager
-def _translated(operation: str) -> Iterator[None]:
-    """The file system's and SQLite's errors as the library's: a lock another process held
-    past the busy timeout is transient (the Store retries it), anything else is not."""
-    try:
-        yield
-    except (OSError, sqlite3.Error) as exc:
-        hint = _REBUILD if type(exc) is sqlite3.DatabaseError else ""  # "not a database"
-        raise (BackendUnavailableError if busy(exc) else BackendError)(
-            f"disk {operation} failed: {type(exc).__name__}: {exc}{hint}",
-            backend="disk",
-            operation=operation,
-        ) from exc
 
 
 def _translating(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
@@ -107,74 +80,12 @@ def _translating(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         def run(*args: P.args, **kwargs: P.kwargs) -> R:
             backend = args[0]
             assert isinstance(backend, DiskBackend)
-            with backend._in_use(operation), _translated(operation):
+            with backend._in_use(operation), translated(operation):
                 return method(*args, **kwargs)
 
         return run
 
     return decorate
-
-
-@contextmanager
-def _access(root: Path) -> Iterator[None]:
-    """A store this user may not read and write, refused as such: the index is SQLite in WAL
-    mode, which writes beside the database (and a listing settles pending marks) even to
-    read."""
-    try:
-        yield
-    except (PermissionError, sqlite3.OperationalError) as exc:
-        if isinstance(exc, sqlite3.OperationalError) and "readonly" not in str(exc):
-            raise
-        raise InvalidKeyError(
-            f"disk store {os.path.abspath(root)!r} cannot be opened by this user: "
-            f"{getattr(exc, 'strerror', None) or exc}; a disk store needs read and write "
-            "access to its folder, even to list or read (its index is SQLite in WAL mode)"
-        ) from exc
-
-
-def _refuse_nested(root: Path) -> None:
-    """A store's folder holds its records, index and namespaces (claims live in ``_leases``):
-    a store opened inside another's folder could share or clobber those files."""
-    parent = root.absolute().parent
-    if (parent / "index.sqlite3").is_file() and (parent / "records").is_dir():
-        raise InvalidKeyError(
-            f"{str(root)!r} is inside the disk store at {str(parent)!r}: a store's folder "
-            "belongs to that store; choose a folder outside it"
-        )
-
-
-_STORE_FILES = frozenset({"records", "locks", "index.sqlite3", "index.sqlite3-wal",
-                          "index.sqlite3-shm", "index.sqlite3-journal"})  # fmt: skip
-"""What a store's folder holds while a process makes it (another may be making it too)."""
-
-
-def _check_root(root: Path, create: bool) -> None:
-    """Refuse a root that is not a folder, one that holds other files and no store (a store
-    made there would mix its files with them: ``--store .`` in a project), and without
-    ``create`` one that holds no store."""
-    where = os.path.abspath(root)
-    for path in (root, *root.parents):
-        if path.exists():
-            if not path.is_dir():
-                raise InvalidKeyError(
-                    f"disk store {where!r}: {str(path)!r} is a file, not a folder"
-                )
-            break
-    if (root / "records").is_dir() or (root / "index.sqlite3").exists():
-        return
-    if create and root.is_dir() and (others := sorted(set(os.listdir(root)) - _STORE_FILES)):
-        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
-        raise InvalidKeyError(
-            f"disk store {where!r}: the folder holds other files ({shown}) and no checkpoint "
-            "store; a store needs a folder of its own: give a new or empty one"
-        )
-    if create:
-        return
-    why = "holds no checkpoint store" if root.is_dir() else "does not exist"
-    raise StoreNotFoundError(
-        f"no store at {where!r}: the folder {why}; nothing was created (put, save or setup "
-        "create a store)"
-    )
 
 
 class DiskBackend(Closable):
@@ -192,23 +103,23 @@ class DiskBackend(Closable):
     ) -> None:
         self.root = Path(root)
         if not _namespace:
-            with _access(self.root):
-                _refuse_nested(self.root)
+            with access(self.root):
+                refuse_nested(self.root)
         self._files = RecordFiles(self.root, fsync=fsync)
-        self._locks = self.root / "locks"
-        self._floor_lock = self._locks / "floor.lock"
+        locks = self.root / "locks"
+        self._floor_lock = locks / "floor.lock"
         self._guard = threading.Lock()
         self._users = threading.Condition()  # operations under way: ``_in_use``
         self._busy = 0
         self._siblings: dict[str, DiskBackend] = {}
-        self._kept: dict[str, None] = {}  # keys whose marks this backend left, oldest first
         index = self.root / "index.sqlite3"
-        with _translated("open"), _access(self.root):  # _access sees the raw errors
-            _check_root(self.root, create)
+        with translated("open"), access(self.root):  # _access sees the raw errors
+            check_root(self.root, create)
             self._files.records.mkdir(parents=True, exist_ok=True)
-            self._locks.mkdir(exist_ok=True)
+            locks.mkdir(exist_ok=True)
             fresh = not index.exists()
             self._index = SummaryIndex(index, durable=fsync)
+        self._marks = Marks(self._files, self._index, locks, _KEPT_MARKS)
         if fresh and any(self._files.records.iterdir()):
             self.rebuild_index()
 
@@ -230,74 +141,6 @@ class DiskBackend(Closable):
             path = url  # a bare path, taken as written
         return cls(os.path.expanduser(path), **SCHEMES["disk"].read(url, options).store)
 
-    # -- plumbing ------------------------------------------------------------------------
-
-    @contextmanager
-    def _locked(self, key: str, *, blocking: bool = True) -> Iterator[bool]:
-        stripe = int(hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:8], 16)
-        path = self._locks / f"{stripe % _LOCK_STRIPES:03d}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-            except BlockingIOError:
-                yield False
-                return
-            yield True
-        finally:
-            os.close(fd)  # closing the descriptor releases the lock
-
-    def _reconcile(self) -> None:
-        """Bring index entries of keys whose writer died mid-write in line with their files."""
-        for key in self._index.pending():
-            with self._locked(key, blocking=False) as held:
-                if held:  # a live writer holds it otherwise, and will finish the job itself
-                    self._index.update(key, self._filed(key))
-
-    def _filed(self, key: str) -> Summary | None:
-        """The summary ``key``'s record file holds (``None``: none, or a tombstone)."""
-        found = self._files.read(key)
-        summary = found[0].summary if found is not None else None
-        return summary if summary is not None and summary.run_id else None
-
-    def _mark(self, key: str) -> None:
-        """Mark ``key`` pending, durably, before its record file changes (the caller holds its
-        lock): already done if its mark is there (kept by its last write, see ``_settle``)."""
-        if self._index.durable and self._index.is_pending(key):
-            return
-        with contextlib.ExitStack() as held:
-            self._index.mark_pending(key, self._settle(key, held))
-
-    def _settle(
-        self, key: str, held: contextlib.ExitStack, keep: int = _KEPT_MARKS - 1
-    ) -> list[tuple[str, Summary | None]]:
-        """The keys but the newest ``keep`` whose marks this backend kept (``key`` aside),
-        with the summaries their files hold, each locked in ``held`` (a key a writer holds is
-        left for later): storing them and clearing their marks in one commit is safe, synced
-        or not (lost, it leaves marks, which a listing reconciles)."""
-        with self._guard:
-            self._kept.pop(key, None)
-            over = list(self._kept)[: max(0, len(self._kept) - keep)]
-        settled = []
-        for other in over:
-            if held.enter_context(self._locked(other, blocking=False)):
-                settled.append((other, self._filed(other)))
-                with self._guard:
-                    self._kept.pop(other, None)
-        return settled
-
-    def _written(self, key: str, summary: Summary | None, *, replaced: bool) -> None:
-        """The index after a write of ``key`` (its lock held): a key that was replaced is
-        likely written again soon (a conversation checkpointed after each message), so its
-        mark stays, and that write syncs no new one; a new or removed key's mark is cleared."""
-        keep = replaced and summary is not None and self._index.durable
-        self._index.update(key, summary, keep_mark=keep)
-        with self._guard:
-            if keep:
-                self._kept[key] = None
-            else:
-                self._kept.pop(key, None)
-
     # -- the contract --------------------------------------------------------------------
 
     @_translating("load")
@@ -314,7 +157,7 @@ class DiskBackend(Closable):
         self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
     ) -> Summary:
         key = record.key
-        with self._locked(key):
+        with self._marks.locked(key):
             found, last, end = self._files.state(key)
             current = found[0].summary if found is not None else None
             if found is None:  # a new key, or one deleted: past every revision it had
@@ -330,9 +173,9 @@ class DiskBackend(Closable):
                 create_only=create_only,
                 revision=last + 1,
             )
-            self._mark(key)
+            self._marks.mark(key)
             self._files.write(key, summary, record.body, end=end)
-            self._written(key, summary, replaced=current is not None)
+            self._marks.written(key, summary, replaced=current is not None)
             self._files.prune_segments(key, None)
             return summary
 
@@ -345,16 +188,16 @@ class DiskBackend(Closable):
 
     @_translating("drop")
     def drop(self, key: str, *, expect_revision: int | None = None) -> bool:
-        with self._locked(key):
+        with self._marks.locked(key):
             current = self._current(key)[0]
             if not plan_drop(key, None if current is None else current.revision, expect_revision):
                 return False
             assert current is not None
-            self._mark(key)
+            self._marks.mark(key)
             # The floor first: a kill between the two leaves the record and a higher floor.
             self._files.raise_floor(current.revision, self._floor_lock)
             self._files.remove(key)
-            self._written(key, None, replaced=True)
+            self._marks.written(key, None, replaced=True)
             self._files.prune_segments(key, None)
             return True
 
@@ -362,24 +205,24 @@ class DiskBackend(Closable):
     def forget(self, key: str) -> None:
         """Remove ``key``'s record file and index entry without raising the floor
         (``Forgetting``: for keys never written again, such as the segment layer's pieces)."""
-        with self._locked(key):
+        with self._marks.locked(key):
             if self._current(key)[0] is None:
                 return
-            self._mark(key)
+            self._marks.mark(key)
             self._files.remove(key)
-            self._written(key, None, replaced=True)
+            self._marks.written(key, None, replaced=True)
             self._files.prune_segments(key, None)
 
     @_translating("scan")
     def scan(self, query: Query) -> list[Summary]:
-        self._reconcile()
+        self._marks.reconcile()
         return self._index.scan(query)
 
     # -- maintenance ---------------------------------------------------------------------
 
     def iter_records(self) -> Iterator[Record]:
         """Every record file, in no particular order (for verification and rebuilds)."""
-        with _translated("iter_records"):
+        with translated("iter_records"):
             for path in self._files.records.iterdir():
                 if not is_record_file(path.name):
                     continue
@@ -434,7 +277,7 @@ class DiskBackend(Closable):
         if tombstones:  # one write of the floor for all of them, checked again under each lock
             self._files.raise_floor(max(r for _, _, r in tombstones), self._floor_lock)
         for key, path, _ in tombstones:
-            with self._locked(key):
+            with self._marks.locked(key):
                 found, last, _ = self._files.state(key)
                 if found is None and path.exists():  # still the tombstone
                     self._files.raise_floor(last, self._floor_lock)
@@ -487,8 +330,6 @@ class DiskBackend(Closable):
             sibling.close()
         if not idle:
             return
-        with contextlib.suppress(OSError, sqlite3.Error), contextlib.ExitStack() as held:
-            # the marks this backend kept, settled (a listing would otherwise read their files)
-            if settled := self._settle("", held, keep=0):
-                self._index.settle(settled)
+        with contextlib.suppress(OSError, sqlite3.Error):
+            self._marks.settle_all()
         self._index.close()
