@@ -273,18 +273,8 @@ def migrate(
     lock_key = f"agent_checkpoint setup {schema}"
     ledger = sql.Identifier(schema, LEDGER)
     latest = steps[-1][0]
-    # Up to date (every process opening a namespace asks): two reads, no lock, no DDL.
-    exists = conn.execute("SELECT to_regclass(%s)", (ledger.as_string(conn),)).fetchone()
-    if exists is not None and exists[0] is not None:
-        done = conn.execute(
-            sql.SQL("SELECT count(*), max(version) FROM {} WHERE table_name = %s").format(ledger),
-            (table,),
-        ).fetchone()
-        if done is not None and tuple(done) == (len(steps), latest):
-            return
-        if done is not None and done[1] is not None and done[1] > latest:
-            _check_newer(conn, ledger, schema, table, latest)
-            return  # a newer library applied every step this one knows before its own
+    if _up_to_date(conn, ledger, schema, table, steps):
+        return
     # One advisory lock per schema serialises concurrent setups, schema creation included.
     with conn.transaction():
         conn.execute(lock, (lock_key,))
@@ -323,6 +313,31 @@ def migrate(
                 conn.execute(sql.SQL(statement).format(**names))
             flag = (version not in REFUSES_OLDER,) if says else ()
             conn.execute(record, (table, version, title, *flag))
+
+
+def _up_to_date(
+    conn: psycopg.Connection[Any],
+    ledger: sql.Identifier,
+    schema: str,
+    table: str,
+    steps: tuple[Step, ...],
+) -> bool:
+    """Whether ``table`` has every one of ``steps`` (or a newer library's, checked): asked by
+    every process opening a namespace, so two reads, no lock, no DDL."""
+    latest = steps[-1][0]
+    exists = conn.execute("SELECT to_regclass(%s)", (ledger.as_string(conn),)).fetchone()
+    if exists is None or exists[0] is None:
+        return False
+    done = conn.execute(
+        sql.SQL("SELECT count(*), max(version) FROM {} WHERE table_name = %s").format(ledger),
+        (table,),
+    ).fetchone()
+    if done is not None and tuple(done) == (len(steps), latest):
+        return True
+    if done is not None and done[1] is not None and done[1] > latest:
+        _check_newer(conn, ledger, schema, table, latest)
+        return True  # a newer library applied every step this one knows before its own
+    return False
 
 
 def _ledger_says_older_ok(conn: psycopg.Connection[Any], ledger: sql.Identifier) -> bool:
