@@ -53,7 +53,6 @@ from ._disk_files import (
     RecordFiles,
     file_name,
     is_record_file,
-    is_tombstone,
     parse_record,
 )
 from ._disk_folder import access, check_root, refuse_nested, translated
@@ -218,26 +217,27 @@ class DiskBackend(Closable):
         self._marks.reconcile()
         return self._index.scan(query)
 
+    @_translating("namespace")
+    def namespace(self, name: str) -> DiskBackend:
+        with self._guard:
+            sibling = self._siblings.get(name)
+            if sibling is None:
+                sibling = self._siblings[name] = DiskBackend(
+                    self.root / f"_{name}", fsync=self.fsync, _namespace=True
+                )
+            return sibling
+
+    def namespace_exists(self, name: str) -> bool:
+        """Whether ``namespace(name)`` has made its folder (opening it does), without making
+        it: a read such as ``Store.claims()`` then leaves the store folder as it was."""
+        return name in self._siblings or (self.root / f"_{name}").is_dir()
+
     # -- maintenance ---------------------------------------------------------------------
 
     def iter_records(self) -> Iterator[Record]:
         """Every record file, in no particular order (for verification and rebuilds)."""
         with translated("iter_records"):
-            for path in self._files.records.iterdir():
-                if not is_record_file(path.name):
-                    continue
-                try:
-                    data = path.read_bytes()
-                except FileNotFoundError:
-                    continue
-                if is_tombstone(data):
-                    continue
-                record, split = parse_record(path.name, data)
-                assembled = self._files.assembled(record, split)
-                if assembled is None:  # rewritten meanwhile: read it again
-                    assembled = self._files.load(record.summary.key)
-                if assembled is not None:
-                    yield assembled
+            yield from self._files.every()
 
     @_translating("rebuild_index")
     def rebuild_index(self) -> int:
@@ -285,21 +285,6 @@ class DiskBackend(Closable):
                     folded = True
         if folded:
             self._files.fsync_dir(self._files.records)
-
-    @_translating("namespace")
-    def namespace(self, name: str) -> DiskBackend:
-        with self._guard:
-            sibling = self._siblings.get(name)
-            if sibling is None:
-                sibling = self._siblings[name] = DiskBackend(
-                    self.root / f"_{name}", fsync=self.fsync, _namespace=True
-                )
-            return sibling
-
-    def namespace_exists(self, name: str) -> bool:
-        """Whether ``namespace(name)`` has made its folder (opening it does), without making
-        it: a read such as ``Store.claims()`` then leaves the store folder as it was."""
-        return name in self._siblings or (self.root / f"_{name}").is_dir()
 
     @contextmanager
     def _in_use(self, operation: str) -> Iterator[None]:

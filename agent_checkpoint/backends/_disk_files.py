@@ -31,15 +31,16 @@ import re
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import xxhash
 
-from .._codec import join_parts
 from ..errors import BackendError
 from ._base import Record, Summary
+from ._legacy import assemble
 
 __all__ = [
     "FLOOR_FILE",
@@ -228,21 +229,20 @@ class RecordFiles:
         if split is None:
             return record
         folder = self.segments / file_name(record.key)
+        segments: list[bytes] | None
         try:
             if "len" not in split:  # the older layout: one file per segment
                 segments = [
                     (folder / f"{split['gen']}-{i}").read_bytes() for i in range(split["segs"])
                 ]
-                return Record(
-                    record.summary, join_parts(record.body, b",".join(s for s in segments if s))
-                )
-            with open(folder / str(split["gen"]), "rb") as f:
-                data = f.read(split["len"])
+            else:
+                with open(folder / str(split["gen"]), "rb") as f:
+                    data = f.read(split["len"])
+                # a truncated data file: the head alone, which reads as unreadable
+                segments = [data] if len(data) == split["len"] else None
         except FileNotFoundError:
             return None
-        if len(data) < split["len"]:
-            return record  # a truncated data file: the head alone reads as unreadable
-        return Record(record.summary, join_parts(record.body, data))
+        return Record(record.summary, assemble(record.body, segments))
 
     def load(self, key: str) -> Record | None:
         found = self.read(key)
@@ -255,6 +255,24 @@ class RecordFiles:
                 return found[0]  # the record still refers to it: lost, so it reads unreadable
             found = again  # a full write replaced the data file between the two reads
         return None
+
+    def every(self) -> Iterator[Record]:
+        """Every record file's record, in no particular order."""
+        for path in self.records.iterdir():
+            if not is_record_file(path.name):
+                continue
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            if is_tombstone(data):
+                continue
+            record, split = parse_record(path.name, data)
+            whole = self.assembled(record, split)
+            if whole is None:  # rewritten meanwhile: read it again
+                whole = self.load(record.summary.key)
+            if whole is not None:
+                yield whole
 
     def write(self, key: str, summary: Summary, body: bytes, *, end: int | None) -> None:
         """Replace the record: a frame appended at ``end`` (``state``'s), if the file stays

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import BackendError, InvalidKeyError, MissingDependencyError
+from ..errors import InvalidKeyError, MissingDependencyError
 from ._base import Closable, Query, Record, Summary, plan_drop, translate_errors
 from ._objects import (
     PEEK,
@@ -37,7 +37,6 @@ from ._objects import (
     grave_fields,
     is_grave,
     key_name,
-    legacy,
     reserved_root,
     segments_of,
 )
@@ -209,33 +208,27 @@ class FsspecBackend(Closable):
         self._closed = True  # fsspec caches and shares filesystems: they are not ours to close
 
     def _load(self, name: str, operation: str) -> Record | None:
-        path = self._records + name
-        for _ in range(READS):
+        def get(path: str) -> tuple[bytes, str] | None:
             with self._translate(operation):
                 try:
-                    data = self.fs.cat_file(path)
+                    return self.fs.cat_file(path), ""
                 except FileNotFoundError:
                     return None
-            fields, record, paths = self._layout.read(data, path, name, operation)
-            if record is None or paths is None:
-                return record
+
+        def get_all(paths: list[str]) -> list[bytes | None]:
             with self._translate(operation):
                 found = self.fs.cat(paths, on_error="return")
             parts = [found.get(p) if isinstance(found, dict) else found for p in paths]
-            held = [part for part in parts if isinstance(part, bytes)]
-            if len(held) == len(parts):
-                return Record(record.summary, legacy(fields, record.body, held))
-            # A segment is gone: a write that replaced the record since deleted it. If the
-            # record is still the one read, it was lost: the head alone reads as unreadable.
+            return [part if isinstance(part, bytes) else None for part in parts]
+
+        def still(fields: dict[str, Any], _: str) -> bool | None:
             again = self._headers([name], operation)[0]
             if again is None or is_grave(again):
                 return None
-            if again.get("tok") == fields.get("tok"):
-                return record
-        raise BackendError(
-            f"{self.name} record {name!r} changed under {READS} attempts to read it",
-            backend=self.name,
-            operation=operation,
+            return again.get("tok") == fields.get("tok")
+
+        return self._layout.load(
+            name, operation, get=get, get_all=get_all, still=still, tries=READS
         )
 
     def _ls(self, folder: str, operation: str) -> list[str]:

@@ -7,10 +7,11 @@ rewrites them whole), assembled here, by one rule.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .._codec import join_parts
 
-__all__ = ["assemble"]
+__all__ = ["assemble", "whole_body", "with_inline"]
 
 
 def assemble(head: bytes, segments: Sequence[bytes] | None, tail: bytes = b"") -> bytes:
@@ -20,3 +21,22 @@ def assemble(head: bytes, segments: Sequence[bytes] | None, tail: bytes = b"") -
     if segments is None:
         return head
     return join_parts(head, b",".join(part for part in (*segments, tail) if part))
+
+
+def whole_body(body: Any, head: Any, count: Any, segments: Sequence[bytes] | None) -> Any:
+    """A record's stored bytes: ``body``, or for one version 0.4 stored in segments (no
+    ``body``, a ``head``), its head with ``segments`` assembled, if there are as many as the
+    ``count`` it had (else one is lost: the head alone)."""
+    if body or head is None:
+        return body
+    whole = segments is not None and count is not None and len(segments) == int(count)
+    return assemble(head, segments if whole else None)
+
+
+def with_inline(fields: dict[str, Any], body: bytes, segments: Sequence[bytes]) -> bytes:
+    """The bytes of a record the object stores (S3, fsspec) kept in ``segments``: its head
+    (``body`` less the ``inl`` bytes of newest history it held inline) with the history
+    joined in."""
+    inline = fields.get("inl")
+    cut = inline if isinstance(inline, int) and 0 < inline <= len(body) else 0
+    return assemble(body[: len(body) - cut], segments, body[len(body) - cut :])

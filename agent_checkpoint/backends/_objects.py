@@ -19,7 +19,7 @@ histories are the store's segment layer's (``_segments.py``): its records are op
 Stores written before that kept a long history's older content in objects
 ``segments/<name>/<id>``, which the header lists as ``segs`` (``[[id, size], ...]``, oldest
 first), with the newest ``inl`` bytes of the body (S3) held inline after the head. Such a
-record still loads assembled (``legacy``), and a write or drop over it deletes its segments.
+record still loads assembled (``load``, by ``_legacy.py``), and a write or drop over it deletes its segments.
 
 A save writes its new index entry, then the record (the commit point), then deletes the
 previous entry. A save that lists under the same entry (the same time, key and tags, as a
@@ -42,15 +42,15 @@ import base64
 import hashlib
 import itertools
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from .._codec import join_parts
 from ..errors import BackendError, InvalidKeyError
 from ._base import Query, Record, Summary, is_after, matches, plan_save
+from ._legacy import with_inline
 
 WIDTH = 17
 OFFSET = 10_000_000_000_000_000  # savedAt from -OFFSET up to 9 * OFFSET fits WIDTH digits
@@ -175,15 +175,6 @@ def segments_of(fields: dict[str, Any]) -> list[list[Any]] | None:
     return segs if isinstance(segs, list) else None
 
 
-def legacy(fields: dict[str, Any], body: bytes, segments: Sequence[bytes]) -> bytes:
-    """The bytes of a record an earlier version stored in ``segments``: its head (``body``
-    less the ``inl`` bytes of newest history it held inline) with the history joined in."""
-    inline = fields.get("inl")
-    cut = inline if isinstance(inline, int) and 0 < inline <= len(body) else 0
-    parts = [*segments, body[len(body) - cut :]]
-    return join_parts(body[: len(body) - cut], b",".join(part for part in parts if part))
-
-
 def _units(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
     group: list[Entry] = []
     for entry in entries:
@@ -276,7 +267,7 @@ class Layout:
     ) -> tuple[dict[str, Any], Record | None, list[str] | None]:
         """A record object's header fields, its record (``None`` for a tombstone), and the
         paths of the segment objects version 0.4 wrote its history to (``None``: none; the
-        record's bytes are then whole, else its body is their head: ``legacy``)."""
+        record's bytes are then whole, else its body is their head: ``load``)."""
         fields, body = self.split(data, path, operation)
         if is_grave(fields):
             return fields, None, None
@@ -285,6 +276,49 @@ class Layout:
         if segs is None:
             return fields, record, None
         return fields, record, [self.segment_path(name, str(sid)) for sid, _ in segs]
+
+    def load(
+        self,
+        name: str,
+        operation: str,
+        *,
+        get: Callable[[str], tuple[bytes, str] | None],
+        get_all: Callable[[list[str]], list[bytes | None]],
+        still: Callable[[dict[str, Any], str], bool | None],
+        tries: int,
+        seen: Callable[[dict[str, Any], str], None] | None = None,
+    ) -> Record | None:
+        """The record ``name`` read whole: ``get(path)`` reads an object and its version (an
+        ETag, or ``""``), ``get_all(paths)`` the segment objects of a record version 0.4
+        stored in them (``None`` for one gone). A segment gone means a write that replaced the
+        record since deleted it: ``still(fields, version)`` says whether the record read is
+        still there (``None``: nor any record); if so the segment was lost, and the head alone
+        reads as unreadable; if not, the record is read again, ``tries`` times at most.
+        ``seen(fields, version)``: told of each record object read."""
+        path = self.record_path(name)
+        for _ in range(tries):
+            got = get(path)
+            if got is None:
+                return None
+            fields, record, paths = self.read(got[0], path, name, operation)
+            if seen is not None:
+                seen(fields, got[1])
+            if record is None or paths is None:
+                return record
+            parts = get_all(paths)
+            held = [part for part in parts if part is not None]
+            if len(held) == len(parts):
+                return Record(record.summary, with_inline(fields, record.body, held))
+            again = still(fields, got[1])
+            if again is None:
+                return None
+            if again:
+                return record
+        raise BackendError(
+            f"{self.backend} record {name!r} changed under {tries} attempts to read it",
+            backend=self.backend,
+            operation=operation,
+        )
 
     def split(self, data: bytes, path: str, operation: str) -> tuple[dict[str, Any], bytes]:
         """A record object's header fields and the bytes after the header line."""

@@ -30,7 +30,6 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
 from .._bridge import await_only, bridged
-from .._codec import join_parts
 from ..errors import (
     ConflictError,
     StoreClosedError,
@@ -46,6 +45,7 @@ from ._base import (
     revision_refused,
     translate_errors,
 )
+from ._legacy import whole_body
 from ._postgres_connections import (
     DEFAULT_READ_TIMEOUT,
     AsyncPool,
@@ -331,12 +331,7 @@ class PostgresBackend(Closable):
 
 def _record(row: Any) -> Record:
     n = len(COLUMNS)
-    body, head, count, segments = row[n:]
-    if not body and head is not None:  # stored in segments by a version before the layer
-        whole = segments is not None and len(segments) == count
-        # a lost segment: the head alone, which reads unreadable
-        body = join_parts(head, b",".join(s for s in segments if s)) if whole else head
-    return Record(Summary(*row[:n]), bytes(body))
+    return Record(Summary(*row[:n]), bytes(whole_body(*row[n:])))
 
 
 def _namespace_table(table: str, name: str) -> str:

@@ -5,7 +5,7 @@ so one store is one cluster slot; shard across nodes with several prefixes):
 
 - ``{P}:r:<key>``: hash of one record: its summary fields, its index positions and ``body``.
   A record that version 0.4 stored in segments has ``head``, ``dig`` and ``segs`` instead
-  of ``body``, and its segments in the list ``{P}:s:<key>``: still read (``_legacy``), and
+  of ``body``, and its segments in the list ``{P}:s:<key>``: still read (``Commands.legacy_row``), and
   removed by the next write or drop of the key. Long histories are now the store's segment
   layer's business (``_segments.py``): its pieces are records of the namespace ``segments``.
 - ``{P}:new``, ``{P}:o:<owner>``, ``{P}:a:<agent>``, ``{P}:f``, ``{P}:p:<phase>``: sorted sets,
@@ -59,20 +59,18 @@ from ._base import (
     resolve_owner,
     revision_refused,
 )
-from ._legacy import assemble
 from ._redis_commands import Commands
 from ._redis_connect import DEFAULT_WAIT_TIMEOUT, AsyncClient, Client, connect
 from ._redis_durability import VolatileRedisWarning
 from ._redis_layout import (
     FIELDS,
-    LOADED,
     bounds,
     candidate_indexes,
     page_filter,
     summary_of,
     write_args,
 )
-from ._redis_scripts import DROP, KEEP, LEGACY, PAGE, WRITE
+from ._redis_scripts import DROP, KEEP, PAGE, WRITE
 from ._url_options import DEFAULT_PREFIX
 
 __all__ = ["DEFAULT_PREFIX", "RedisBackend", "VolatileRedisWarning"]
@@ -136,7 +134,6 @@ class RedisBackend(Closable):
         self._drop = client.register_script(DROP)
         self._keep = client.register_script(KEEP)
         self._page = client.register_script(PAGE)
-        self._legacy_read = client.register_script(LEGACY)
         self._siblings: dict[str, RedisBackend] = {}
 
     @classmethod
@@ -180,24 +177,10 @@ class RedisBackend(Closable):
         rows = self._commands.rows(keys, READS)
         return [self._record(key, row) for key, row in zip(keys, rows, strict=True)]
 
-    def _record(
-        self, key: str, row: list[Any], segments: list[bytes] | None = None
-    ) -> Record | None:
-        body, head, count = row[:3]
-        if head is not None:  # stored in segments by version 0.4
-            if segments is None:
-                return self._legacy(key)
-            whole = count is not None and int(count) == len(segments)
-            body = assemble(head, segments if whole else None)
-        if body is None:
-            return None
-        return Record(summary_of(key, row[3:]), body)
-
-    def _legacy(self, key: str) -> Record | None:
-        """A record version 0.4 stored in segments: its hash and list in one snapshot."""
-        with self._commands.errors("load"):
-            row, segments = self._legacy_read(self._keys(key), LOADED)
-        return self._record(key, row, segments)
+    def _record(self, key: str, row: list[Any]) -> Record | None:
+        if row[1] is not None:  # a head: stored in segments by version 0.4
+            row = self._commands.legacy_row(self._keys(key))
+        return None if row[0] is None else Record(summary_of(key, row[3:]), row[0])
 
     def head(self, key: str) -> Summary | None:
         with self._commands.errors("head"):

@@ -1,7 +1,7 @@
 """How the Redis backend (``_redis.py``) talks to the server: its write scripts run in one round
 trip (a big body staged beside them, ``WAIT`` after them, a script the server lost loaded
-again), its optimistic reads of records whose bodies are stored apart, and redis-py's errors
-translated into the library's.
+again), its optimistic reads of records whose bodies are stored apart (and its reads of those
+version 0.4 stored in segments), and redis-py's errors translated into the library's.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from redis.exceptions import NoScriptError
 
 from ..errors import NotReplicatedError
 from ._base import translate_errors
+from ._legacy import whole_body
 from ._redis_connect import (
     FATAL,
     TRANSIENT,
@@ -28,7 +29,7 @@ from ._redis_connect import (
 )
 from ._redis_durability import DurabilityCheck
 from ._redis_layout import LOADED
-from ._redis_scripts import READ
+from ._redis_scripts import LEGACY, READ
 
 __all__ = ["Commands"]
 
@@ -54,6 +55,7 @@ class Commands:
         self.wait_timeout = wait_timeout
         self.durability = DurabilityCheck(client, prefix)
         self._read = client.register_script(READ)
+        self._legacy = client.register_script(LEGACY)
         self._topology = False  # loaded (``load_topology``)
 
     def record_key(self, key: str) -> str:
@@ -121,6 +123,13 @@ class Commands:
         args = [self.base, *(keys[i] for i in wanted), *LOADED]
         replies = self._read([self.record_key(keys[i]) for i in wanted], args)
         return dict(zip(wanted, replies, strict=True))
+
+    def legacy_row(self, keys: list[str]) -> list[Any]:
+        """The row of a record version 0.4 stored in segments (``keys``: its hash and segment
+        list), both read in one snapshot, its body assembled (``_legacy.py``)."""
+        with self.errors("load"):
+            row, segments = self._legacy(keys, LOADED)
+        return [whole_body(row[0], row[1], row[2], segments), *row[1:]]
 
     # -- writes --------------------------------------------------------------------------
 

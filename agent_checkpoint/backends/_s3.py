@@ -220,6 +220,18 @@ class S3Backend:
             if entry is not None:
                 yield entry
 
+    def namespace(self, name: str) -> S3Backend:
+        with self._lock:
+            sibling = self._siblings.get(name)
+            if sibling is None:
+                prefix = f"{self.prefix}/_{name}" if self.prefix else f"_{name}"
+                sibling = S3Backend(self.client, self.bucket, prefix,
+                                    create_bucket=self._bucket.create, region=self._bucket.region,
+                                    _namespace=True)  # fmt: skip
+                sibling._bucket.checked = self._bucket.checked  # the same bucket: seen once
+                self._siblings[name] = sibling
+            return sibling
+
     def verify(self, *, repair: bool = False, grace: float = 300.0) -> dict[str, int]:
         """Compare the index with the records; with ``repair``, write missing entries and
         delete stale ones older than ``grace`` seconds."""
@@ -266,18 +278,6 @@ class S3Backend:
             siblings = list(self._siblings.values())
         for sibling in siblings:
             sibling.flush()
-
-    def namespace(self, name: str) -> S3Backend:
-        with self._lock:
-            sibling = self._siblings.get(name)
-            if sibling is None:
-                prefix = f"{self.prefix}/_{name}" if self.prefix else f"_{name}"
-                sibling = S3Backend(self.client, self.bucket, prefix,
-                                    create_bucket=self._bucket.create, region=self._bucket.region,
-                                    _namespace=True)  # fmt: skip
-                sibling._bucket.checked = self._bucket.checked  # the same bucket: seen once
-                self._siblings[name] = sibling
-            return sibling
 
     def close(self) -> None:
         with self._lock:

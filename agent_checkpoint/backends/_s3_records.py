@@ -15,10 +15,9 @@ from typing import Any
 
 import orjson
 
-from ..errors import BackendError
 from ._base import Record
-from ._objects import PEEK, Current, Layout, is_grave, legacy
-from ._s3_bucket import NAME, Bucket
+from ._objects import PEEK, Current, Layout, is_grave
+from ._s3_bucket import Bucket
 
 READS = 32
 """Attempts to read a record in segment objects while writers replace it (and delete them)."""
@@ -59,31 +58,28 @@ class Records:
         """The record read whole; with ``remember``, its header and ETag are remembered as a
         write's are, so that a conditional write of it next (read, then write on the revision
         read) needs no read of its own."""
-        path = self.layout.record_path(name)
-        for _ in range(READS):
-            got = self.bucket.get(path, operation)
-            if got is None:
-                return None
-            fields, record, paths = self.layout.read(got[0], path, name, operation)
-            if remember:
-                self.remember(name, Known(fields, got[1]))
-            if record is None or paths is None:
-                return record
+
+        def seen(fields: dict[str, Any], etag: str) -> None:
+            self.remember(name, Known(fields, etag))
+
+        def get_all(paths: list[str]) -> list[bytes | None]:
             parts = self.bucket.map(lambda p: self.bucket.get(p, operation), paths, nested=True)
-            if all(part is not None for part in parts):
-                whole = legacy(fields, record.body, [p[0] for p in parts if p])
-                return Record(record.summary, whole)
-            # A segment is gone: a write that replaced this record since deleted it. If the
-            # record is still the one read, it was lost: the head alone reads as unreadable.
+            return [part[0] if part is not None else None for part in parts]
+
+        def still(_: dict[str, Any], etag: str) -> bool | None:
             again = self.known(name, operation)
             if again is None or is_grave(again.fields):
                 return None
-            if again.etag == got[1]:
-                return record
-        raise BackendError(
-            f"{NAME} record {name!r} changed under {READS} attempts to read it",
-            backend=NAME,
-            operation=operation,
+            return again.etag == etag
+
+        return self.layout.load(
+            name,
+            operation,
+            get=lambda path: self.bucket.get(path, operation),
+            get_all=get_all,
+            still=still,
+            tries=READS,
+            seen=seen if remember else None,
         )
 
     def fetch(self, name: str, operation: str) -> Current | None:
