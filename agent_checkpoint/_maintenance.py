@@ -155,7 +155,9 @@ class MigrateReport:
 def migrate_records(
     store: Store, *, dry_run: bool = False, on_record: Tick = _noop
 ) -> MigrateReport:
-    """Rewrite every record stored in an older version at ``store.migrations.current``."""
+    """Rewrite every record stored in an older version at ``store.migrations.current``, and
+    every record stored in an older layout (as version 0.4 stored long histories, in
+    segments) whole."""
     check_store(store, "migrate_records")
     report = MigrateReport()
     for summary in store.iter_summaries(page_size=500):
@@ -168,14 +170,17 @@ def migrate_records(
         except CheckpointError as exc:
             report.failed.append((summary.key, str(exc)))
             continue
-        if doc is None:
+        if doc is None and not store.in_old_layout(summary.key):
             report.current += 1
             continue
         if dry_run:
             report.upgraded += 1
             continue
         try:
-            store.put(doc, key=summary.key, if_revision=record.summary.revision)
+            if doc is None:  # the bytes as they are, in today's layout
+                store.put_record(record, if_revision=record.summary.revision)
+            else:
+                store.put(doc, key=summary.key, if_revision=record.summary.revision)
         except ConflictError:
             report.failed.append((summary.key, "changed during migration; run it again"))
             continue

@@ -48,6 +48,7 @@ from ._store_types import (
 from ._store_writes import Attempts, Writer, summary_for
 from .backends import open_backend
 from .backends._base import Backend, Namespaced, Query, Record, Repairable, Summary, closed_error
+from .backends._legacy import OldLayouts
 from .errors import (
     BackendError,
     BackendUnavailableError,
@@ -503,6 +504,15 @@ class Store:
         if isinstance(data, dict) and doc.get("format") == PAUSED_RUN:
             data = data.get("conversation")
         return upgraded if self._codec.migrations.needs_upgrade(data) else None
+
+    def in_old_layout(self, key: str) -> bool:
+        """Whether ``key``'s record is stored as version 0.4 stored long histories (in
+        segments beside it), which ``migrate`` rewrites whole; ``False`` on a backend that
+        never stored them so."""
+        backend = self.backend.inner if isinstance(self.backend, Segmented) else self.backend
+        return isinstance(backend, OldLayouts) and self._call(
+            lambda: backend.in_old_layout(check_key(key))
+        )
 
     def resealed(self, record: Record) -> Record | None:
         """``record`` sealed as this store seals new records (encrypted under its keyring's

@@ -231,6 +231,37 @@ def test_records_stored_split_by_version_04_still_read_and_are_rewritten_whole(
         assert not (tmp_path / "segments" / file_name("gone")).exists()
 
 
+def test_migrate_rewrites_records_stored_split_by_version_04_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent_checkpoint._cli import EXIT, main
+    from agent_checkpoint._model import Message, RunCheckpoint
+
+    history = (Message("user", "one"), Message("assistant", "two"))
+    with open_store(str(tmp_path)) as store:
+        for key in ("split", "lost", "whole"):
+            store.put(RunCheckpoint.new("m", history, run_id="r"), key=key)
+        expected = store.get_record("split")
+    assert expected is not None
+    for key in ("split", "lost"):
+        _as_version_04(tmp_path, key, expected.body)
+    (tmp_path / "segments" / file_name("lost") / str(expected.summary.revision)).unlink()
+    assert main(["migrate", "--dry-run", "--store", str(tmp_path)]) == EXIT["invalid"]
+    assert (tmp_path / "segments" / file_name("split")).exists()  # a dry run writes nothing
+    capsys.readouterr()
+    # the record that lost its history fails, and is left as it was
+    assert main(["migrate", "--store", str(tmp_path)]) == EXIT["invalid"]
+    out = capsys.readouterr().out
+    assert "upgraded 1 record(s); 1 already at version 1; 1 failed" in out
+    assert not (tmp_path / "segments" / file_name("split")).exists()
+    with open_store(str(tmp_path)) as store:
+        again = store.get_record("split")
+        assert again is not None and again.body == expected.body
+        assert again.summary.revision == expected.summary.revision + 1
+        assert not store.in_old_layout("split")
+        assert store.in_old_layout("lost")
+
+
 def test_the_index_logs_stay_small_while_a_store_is_open(tmp_path: Path) -> None:
     """Every put rewrites a few pages of the SQLite index (and a long history's pieces, those of
     the pieces' index); each write-ahead log is cut back after each checkpoint instead of

@@ -16,7 +16,7 @@ import orjson
 import pytest
 from support.pieces import live_pieces, referenced
 
-from agent_checkpoint import Store, open_store
+from agent_checkpoint import Store, migrate_records, open_store
 from agent_checkpoint._maintenance import verify_store
 from agent_checkpoint._model import Message, now_ms
 from agent_checkpoint._segments import PIECES, Segmented
@@ -460,6 +460,38 @@ def test_a_record_an_earlier_version_kept_in_segments_reads_and_is_replaced_and_
     assert store.get_record("k").body == whole  # type: ignore[union-attr]
     assert store.delete("k") is True and store.get("k") is None
     assert files_under(root, "segments") == {}
+
+
+def test_migrate_rewrites_the_records_an_earlier_version_kept_in_segments_whole(
+    root: str,
+) -> None:
+    """A record written whole, then its object rewritten as an earlier version kept a grown
+    history (its head, a ``segs`` header and one segment object), under the same token: its
+    index entry still lists it."""
+    from agent_checkpoint._codec import encode_parts
+
+    store = Store(FsspecBackend(MEMORY, root))
+    store.put(checkpoint("old", principal="p").evolve(history=grown(3)[-1]), key="k")
+    store.put(checkpoint("new"), key="new")
+    before = store.get_record("k")
+    assert before is not None
+    path = f"{root}/records/{key_name('k')}"
+    fields = orjson.loads(MEMORY.cat_file(path).partition(b"\n")[0])
+    doc = orjson.loads(before.body)
+    head, contents = encode_parts(doc, doc["data"]["history"])
+    MEMORY.pipe_file(f"{root}/segments/{key_name('k')}/00000000000000a1", bytes(contents))
+    fields |= {"dig": "x", "segs": [["00000000000000a1", len(contents)]]}
+    MEMORY.pipe_file(path, orjson.dumps(fields) + b"\n" + head)
+    assert store.in_old_layout("k")
+    assert store.get_record("k") == before
+
+    report = migrate_records(store)
+    assert (report.upgraded, report.current, report.failed) == (1, 1, [])
+    assert files_under(root, "segments") == {}
+    after = store.get_record("k")
+    assert after is not None and after.body == before.body
+    assert after.summary.revision == before.summary.revision + 1
+    assert not store.in_old_layout("k")
 
 
 def files_under(root: str, folder: str) -> dict[str, bytes]:

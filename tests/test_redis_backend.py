@@ -28,7 +28,7 @@ from support.redis_legacy import write_old_split_record
 from support.redis_server import RedisServer, need_redis_server
 from support.services import REDIS_URL, service_missing
 
-from agent_checkpoint import Store, open_async_store, open_store
+from agent_checkpoint import Store, migrate_records, open_async_store, open_store
 from agent_checkpoint._model import Message, RunCheckpoint
 from agent_checkpoint._segment_format import Layout
 from agent_checkpoint._segments import PIECES, Segmented
@@ -903,6 +903,30 @@ def test_a_record_version_0_4_stored_with_a_lost_segment_reads_unreadable(
     client.rpop(f"{{{prefix}}}:s:k")
     with open_store(REDIS_URL, prefix=prefix) as store, pytest.raises(UnreadableEnvelopeError):
         store.get("k")
+
+
+def test_migrate_rewrites_the_records_version_04_stored_in_segments_whole(
+    client: redis.Redis, prefix: str
+) -> None:
+    history = tuple(Message("user", f"message {i}") for i in range(6))
+    ckpt = RunCheckpoint.new("m", history, run_id="r")
+    whole = write_old_split_record(client, prefix, "old", ckpt, principal="al")
+    write_old_split_record(client, prefix, "lost", ckpt, principal="al")
+    client.rpop(f"{{{prefix}}}:s:lost")
+    base = f"{{{prefix}}}:"
+    with open_store(REDIS_URL, prefix=prefix) as store:
+        store.put(checkpoint("new"), key="new")
+        assert migrate_records(store, dry_run=True).upgraded == 1
+        assert client.hexists(base + "r:old", "head")  # a dry run writes nothing
+        report = migrate_records(store)
+        assert (report.upgraded, report.current) == (1, 1)
+        assert [key for key, _ in report.failed] == ["lost"]
+        assert not client.hexists(base + "r:old", "head") and not client.exists(base + "s:old")
+        record = store.get_record("old")
+        assert record is not None and record.body == whole
+        assert (record.summary.revision, record.summary.owner) == (6, "al")
+        assert store.get("old") == ckpt
+        assert client.hexists(base + "r:lost", "head")  # unreadable: left as it was
 
 
 def _big_history(n: int = 120) -> tuple[Message, ...]:

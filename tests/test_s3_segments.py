@@ -17,7 +17,7 @@ import pytest
 from support.pieces import live_pieces, referenced
 from support.seaweed import S3Server, ensure_bucket, purge
 
-from agent_checkpoint import Store
+from agent_checkpoint import Store, migrate_records
 from agent_checkpoint._maintenance import verify_store
 from agent_checkpoint._model import Message, RunCheckpoint, now_ms
 from agent_checkpoint._segments import PIECES, Segmented
@@ -378,6 +378,24 @@ def test_a_lost_segment_of_the_previous_version_reads_as_unreadable(
 
 
 # -- requests per operation ----------------------------------------------------------------
+
+
+def test_migrate_rewrites_the_records_the_previous_version_kept_in_segments_whole(
+    client: Any, prefix: str
+) -> None:
+    ckpt = checkpoint("old-split", principal="p").evolve(history=grow(5)[-1])
+    _, whole, _ = lay_out_as_the_previous_version(client, prefix, ckpt, revision=3, inline=2)
+    backend = S3Backend(client, BUCKET, prefix)
+    store = Store(backend)
+    assert backend.in_old_layout("k")
+    report = migrate_records(store)
+    assert (report.upgraded, report.current, report.failed) == (1, 0, [])
+    backend.flush()
+    assert objects(client, prefix, "segments") == {}
+    got = store.get_record("k")
+    assert got is not None and got.body == whole
+    assert (got.summary.revision, got.summary.owner) == (4, "p")
+    assert not backend.in_old_layout("k") and migrate_records(store).current == 1
 
 
 def test_a_first_put_and_the_writers_later_puts_and_delete_read_nothing_but_the_layout(

@@ -146,6 +146,11 @@ class DiskBackend(Closable):
     def load(self, key: str) -> Record | None:
         return self._files.load(key)
 
+    @_translating("load")
+    def in_old_layout(self, key: str) -> bool:
+        found = self._files.read(key)
+        return found is not None and found[1] is not None
+
     @_translating("head")
     def head(self, key: str) -> Summary | None:
         found = self._files.read(key)

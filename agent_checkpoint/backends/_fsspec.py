@@ -35,6 +35,7 @@ from ._objects import (
     Layout,
     fields_of,
     grave_fields,
+    in_segments,
     is_grave,
     key_name,
     reserved_root,
@@ -81,6 +82,9 @@ class FsspecBackend(Closable):
 
     def load(self, key: str) -> Record | None:
         return self._load(key_name(key), "load")
+
+    def in_old_layout(self, key: str) -> bool:
+        return in_segments(self._headers([key_name(key)], "load")[0])
 
     def head(self, key: str) -> Summary | None:
         current = self._fetch_many([key_name(key)], "head")[0]

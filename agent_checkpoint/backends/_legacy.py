@@ -1,17 +1,27 @@
 """Records that version 0.4 stored in segments: a head (the record's bytes less its history)
 and history segments beside it, in each backend's own layout. The backends still read them
 (a store upgraded from 0.4 keeps access to its records before ``agent-checkpoint migrate``
-rewrites them whole), assembled here, by one rule.
+rewrites them whole), assembled here, by one rule. A backend that may hold them says which
+records are stored so (``OldLayouts``): ``migrate`` rewrites those whole.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from .._codec import join_parts
 
-__all__ = ["assemble", "whole_body", "with_inline"]
+__all__ = ["OldLayouts", "assemble", "whole_body", "with_inline"]
+
+
+@runtime_checkable
+class OldLayouts(Protocol):
+    """Optional: a backend whose store may hold records as version 0.4 stored them."""
+
+    def in_old_layout(self, key: str) -> bool:
+        """Whether ``key``'s record is stored as version 0.4 stored it (in segments)."""
+        ...
 
 
 def assemble(head: bytes, segments: Sequence[bytes] | None, tail: bytes = b"") -> bytes:

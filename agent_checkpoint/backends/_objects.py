@@ -175,6 +175,12 @@ def segments_of(fields: dict[str, Any]) -> list[list[Any]] | None:
     return segs if isinstance(segs, list) else None
 
 
+def in_segments(fields: dict[str, Any] | None) -> bool:
+    """Whether the record object with header ``fields`` is a live record version 0.4 stored
+    in segment objects."""
+    return fields is not None and not is_grave(fields) and segments_of(fields) is not None
+
+
 def _units(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
     group: list[Entry] = []
     for entry in entries:

@@ -169,6 +169,11 @@ class PostgresBackend(Closable):
         found = {row[0]: _record(row) for row in rows}
         return [found.get(key) for key in keys]
 
+    def in_old_layout(self, key: str) -> bool:
+        with self._connection("load") as conn:
+            row = conn.execute(_OLD_LAYOUT.format(self._sql.table), (key,)).fetchone()
+        return row is not None and bool(row[0])
+
     def head(self, key: str) -> Summary | None:
         with self._connection("head") as conn:
             row = conn.execute(self._sql.head, (key,)).fetchone()
@@ -327,6 +332,9 @@ class PostgresBackend(Closable):
                     f"postgres {operation} failed: {self._where} {missing} "
                     "with store.setup() (or `agent-checkpoint setup --store URL`)"
                 ) from exc
+
+
+_OLD_LAYOUT = sql.SQL("SELECT head IS NOT NULL AND octet_length(body) = 0 FROM {} WHERE key = %s")
 
 
 def _record(row: Any) -> Record:

@@ -182,6 +182,10 @@ class RedisBackend(Closable):
             row = self._commands.legacy_row(self._keys(key))
         return None if row[0] is None else Record(summary_of(key, row[3:]), row[0])
 
+    def in_old_layout(self, key: str) -> bool:
+        with self._commands.errors("load"):
+            return bool(self._client.hexists(self._commands.record_key(key), "head"))
+
     def head(self, key: str) -> Summary | None:
         with self._commands.errors("head"):
             row: list[Any] = self._client.hmget(self._commands.record_key(key), list(FIELDS))

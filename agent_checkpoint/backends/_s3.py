@@ -40,7 +40,7 @@ import orjson
 
 from ..errors import ConflictError, InvalidKeyError
 from ._base import Query, Record, Summary, plan_drop
-from ._objects import Entry, Layout, grave_fields, is_grave, key_name, reserved_root
+from ._objects import Entry, Layout, grave_fields, in_segments, is_grave, key_name, reserved_root
 from ._s3_bucket import NAME, Bucket, connect
 from ._s3_records import Known, Records, pack
 from ._s3_writes import Write
@@ -118,6 +118,11 @@ class S3Backend:
         self._check("head")
         current = self._records.fetch(key_name(key), "head")
         return current.summary if current is not None else None
+
+    def in_old_layout(self, key: str) -> bool:
+        self._check("load")
+        known = self._records.header(key_name(key), "load")
+        return known is not None and in_segments(known.fields)
 
     def load_many(self, keys: Sequence[str]) -> list[Record | None]:
         self._check("load")

@@ -20,7 +20,7 @@ from support.postgres_store import (
     postgres_of,
 )
 
-from agent_checkpoint import Store
+from agent_checkpoint import Store, migrate_records
 from agent_checkpoint._codec import encode_parts
 from agent_checkpoint._model import Message, RunCheckpoint
 from agent_checkpoint.backends import Query
@@ -328,6 +328,24 @@ def test_a_record_missing_an_old_segment_reads_unreadable_not_shorter(
     assert record is not None and b"\x00" in record.body
     with pytest.raises(UnreadableEnvelopeError):
         store.get("k")
+
+
+def test_migrate_rewrites_records_stored_in_segments_by_an_older_version_whole(
+    admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where step 11 has not run (a role that may not run setup), ``migrate`` rewrites them."""
+    with before_the_fold(schema, monkeypatch) as store:
+        store.put(checkpoint("plain", messages=3), key="plain")
+        ckpt = checkpoint("r", messages=4, principal="al")
+        whole = store_in_old_segments(admin, schema, "k", ckpt)
+        assert store.in_old_layout("k") and not store.in_old_layout("plain")
+        report = migrate_records(store)
+        assert (report.upgraded, report.current, report.failed) == (1, 1, [])
+        assert stored_row(admin, schema, "k")[1:] == (None, None, None)
+        migrated = store.get_record("k")
+        assert migrated is not None and migrated.body == whole
+        assert (migrated.summary.revision, migrated.summary.owner) == (8, "al")
+        assert not store.in_old_layout("k") and store.get("k") == ckpt
 
 
 def test_the_upgrade_drops_the_oldest_first_index_and_retention_still_runs_oldest_first(
