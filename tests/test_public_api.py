@@ -160,6 +160,58 @@ BACKENDS_PUBLIC = [
 """What a backend author imports: the record types, the optional capability protocols
 (docs/backends.md), the helpers every backend needs and the scheme registry."""
 
+
+TRANSCRIPTS = [
+    "ConversionReport",
+    "DANGLING_RESULT",
+    "Detected",
+    "DiffResult",
+    "Difference",
+    "DivergedError",
+    "EXPORT_FORMATS",
+    "EmptyTranscriptError",
+    "ExportFormat",
+    "Exported",
+    "FORMATS",
+    "Fork",
+    "Format",
+    "IntegrityPlan",
+    "IntegrityReport",
+    "MAX_RECORD_BYTES",
+    "MalformedTranscriptError",
+    "NotCarried",
+    "Policy",
+    "Side",
+    "TURN_KEYS",
+    "Transcript",
+    "TranscriptError",
+    "TranscriptNotFoundError",
+    "Turn",
+    "UnrecognizedFormatError",
+    "checkpoint_to_turns",
+    "detect",
+    "diff_turns",
+    "export_turns",
+    "find_fork",
+    "iso_utc",
+    "make_tool_call",
+    "make_tool_result",
+    "merged_turns",
+    "messages_to_turns",
+    "open_transcript",
+    "plan_integrity",
+    "read_turns",
+    "repair",
+    "turn_from_json",
+    "turns_to_chat_messages",
+    "turns_to_checkpoint",
+    "turns_to_messages",
+    "write_export",
+    "write_turns",
+]
+"""What ``agent_checkpoint.transcripts`` exports: the interchange's readers, converters and
+writers (``export_turns``: a conversation in another tool's format)."""
+
 BACKEND_CLASSES = [
     "DiskBackend",
     "FsspecBackend",
@@ -219,6 +271,12 @@ def test_importing_the_package_or_star_warns_of_nothing() -> None:
         "assert 'fnv1a' not in dir() or fnv1a('hello') == '4f9f2cab'\n"
     )
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
+
+
+def test_the_interchange_exports_exactly_the_pinned_names() -> None:
+    from agent_checkpoint import transcripts
+
+    assert sorted(transcripts.__all__) == sorted(TRANSCRIPTS)
 
 
 def _is_public(dotted: str) -> bool:

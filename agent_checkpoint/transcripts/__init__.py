@@ -13,7 +13,8 @@ Readers: Claude Code session logs, OpenAI chat messages, Anthropic messages, Ope
 Responses items, Codex CLI rollouts, and the canonical turn JSONL itself (``FORMATS``).
 ``turns_to_checkpoint`` / ``checkpoint_to_turns`` convert to and from ``RunCheckpoint``,
 ``turns_to_chat_messages`` to the OpenAI chat messages an adapter sends;
-``diff_turns`` aligns two conversations; ``find_fork`` and ``merged_turns`` merge them.
+``export_turns`` writes turns back in any of ``EXPORT_FORMATS`` (what a format cannot
+hold reported); ``diff_turns`` aligns two conversations; ``find_fork`` and ``merged_turns`` merge them.
 """
 
 from ._chat_messages import turns_to_chat_messages
@@ -35,6 +36,7 @@ from ._errors import (
     TranscriptNotFoundError,
     UnrecognizedFormatError,
 )
+from ._export import EXPORT_FORMATS, Exported, ExportFormat, export_turns, write_export
 from ._integrity import (
     DANGLING_RESULT,
     IntegrityPlan,
@@ -59,6 +61,7 @@ from ._turns import (
 
 __all__ = [
     "DANGLING_RESULT",
+    "EXPORT_FORMATS",
     "FORMATS",
     "MAX_RECORD_BYTES",
     "TURN_KEYS",
@@ -68,6 +71,8 @@ __all__ = [
     "Difference",
     "DivergedError",
     "EmptyTranscriptError",
+    "ExportFormat",
+    "Exported",
     "Fork",
     "Format",
     "IntegrityPlan",
@@ -84,6 +89,7 @@ __all__ = [
     "checkpoint_to_turns",
     "detect",
     "diff_turns",
+    "export_turns",
     "find_fork",
     "iso_utc",
     "make_tool_call",
@@ -98,5 +104,6 @@ __all__ = [
     "turns_to_chat_messages",
     "turns_to_checkpoint",
     "turns_to_messages",
+    "write_export",
     "write_turns",
 ]

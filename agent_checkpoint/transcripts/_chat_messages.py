@@ -18,6 +18,7 @@ import orjson
 
 from .._model import Json
 from ._convert import ConversionReport, Converter
+from ._export_common import image_url
 from ._turns import Turn
 
 __all__ = ["turns_to_chat_messages"]
@@ -74,22 +75,12 @@ class _ChatConverter(Converter):
         return parts
 
     def image(self, block: dict[str, Json]) -> Json:
-        url: Json = None
-        detail = block.get("detail")
-        if block.get("type") == "input_image":
-            url = block.get("image_url")
-        else:
-            source = block.get("source")
-            if isinstance(source, dict) and source.get("type") == "url":
-                url = source.get("url")
-            elif isinstance(source, dict) and source.get("type") == "base64":
-                media, data = source.get("media_type"), source.get("data")
-                if isinstance(media, str) and isinstance(data, str):
-                    url = f"data:{media};base64,{data}"
-        if not isinstance(url, str):
+        url = image_url(block)
+        if url is None:
             self.lose(f"{block.get('type')} block without a URL or inline data")
             return None
         image: dict[str, Json] = {"url": url}
+        detail = block.get("detail")
         if isinstance(detail, str):
             image["detail"] = detail
         return {"type": "image_url", "image_url": image}

@@ -257,16 +257,22 @@ def _thinking(block: dict[str, Json]) -> ThinkingBlock:
     )
 
 
-def turns_to_messages(turns: Iterable[Turn]) -> tuple[list[Message], ConversionReport]:
-    """History messages for ``turns``, and what they could not carry."""
-    converter = Converter()
-    out: list[Message] = []
+def checked(turns: Iterable[Turn]) -> Iterator[tuple[int, Turn]]:
+    """``enumerate(turns)``, refusing anything that is not a ``Turn``, naming it."""
     for i, turn in enumerate(turns):
         if not isinstance(turn, Turn):
             raise InvalidArgumentError(
                 f"turns[{i}] is {kind_of(turn)}, not a Turn: open_transcript "
                 "and read_turns give Turns, turn_from_json(...) makes one of a JSON object"
             )
+        yield i, turn
+
+
+def turns_to_messages(turns: Iterable[Turn]) -> tuple[list[Message], ConversionReport]:
+    """History messages for ``turns``, and what they could not carry."""
+    converter = Converter()
+    out: list[Message] = []
+    for i, turn in checked(turns):
         converter.turn = i
         out.extend(converter.messages(turn))
     return out, ConversionReport(tuple(converter.lost))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,6 +35,7 @@ __all__ = [
     "TURN_KEYS",
     "CallNames",
     "Turn",
+    "atomic_write",
     "call_arguments",
     "call_id",
     "call_name",
@@ -346,8 +347,13 @@ def write_turns(
     keeps its mode. ``path`` may instead be a binary stream (``sys.stdout.buffer``): the
     lines are written to it as they come, and it is flushed, not closed.
     """
+    return atomic_write(path, lambda f: _write_lines(f, turns))
+
+
+def atomic_write(path: str | os.PathLike[str] | BinaryIO, write: Callable[[BinaryIO], int]) -> int:
+    """``write(file)`` into ``path`` atomically, as ``write_turns`` describes; its result."""
     if not isinstance(path, (str, os.PathLike)):
-        count = _write_lines(path, turns)
+        count = write(path)
         path.flush()
         return count
     target = Path(path)
@@ -355,7 +361,7 @@ def write_turns(
     fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            count = _write_lines(f, turns)
+            count = write(f)
             f.flush()
             os.fsync(f.fileno())
         if target.exists():
