@@ -91,6 +91,10 @@ _EXAMPLES = {
     "resume-worker": ["resume-worker --worker w1 -- my-agent --resume"],
     "save": ["save session.jsonl -o ckpt.json", "save session.jsonl --store ./runs"],
     "resume": ["resume ckpt.json -- my-agent", "resume conv-7 --store ./runs -- my-agent"],
+    "export": [
+        "export ckpt.jsonl --to claude-code -o session.jsonl",
+        "export conv-7 --store ./runs --to anthropic > body.json",
+    ],
     "diff": ["diff a.json b.json"],
     "merge": ["merge a.json b.json -o merged.json"],
 }

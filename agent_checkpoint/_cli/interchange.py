@@ -1,4 +1,5 @@
-"""Interchange commands: ``save``, ``resume``, ``diff``, ``merge`` (the seed CLI, kept).
+"""Interchange commands: ``save``, ``resume``, ``export``, ``diff``, ``merge`` (the seed CLI,
+kept, and ``export``, which writes a conversation back in another tool's format).
 
 Exit codes are every command's (``EXIT`` in ``_common``): 0 success; 1 ``diff``: different;
 2 bad arguments or an output that cannot be written; 3 a transcript, checkpoint or store key
@@ -25,12 +26,14 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, BinaryIO
 
 from .. import Identity
 from ..backends import mask_url
 from ..transcripts import (
+    EXPORT_FORMATS,
     FORMATS,
+    ExportFormat,
     Fork,
     IntegrityPlan,
     Side,
@@ -38,11 +41,13 @@ from ..transcripts import (
     Turn,
     checkpoint_to_turns,
     diff_turns,
+    export_turns,
     find_fork,
     merged_turns,
     open_transcript,
     plan_integrity,
     turns_to_checkpoint,
+    write_export,
     write_turns,
 )
 from ._common import EXIT, CommandError, answered, print_json, progress, store_from
@@ -91,6 +96,18 @@ def _add_input_format(parser: argparse.ArgumentParser, flag: str = "--format") -
     )
 
 
+def _add_export_format(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument(
+        "--to",
+        choices=EXPORT_FORMATS,
+        required=required,
+        default=None,
+        metavar="FORMAT",
+        help=f"the format to write ({', '.join(EXPORT_FORMATS)})"
+        + ("" if required else "; the command gets that file instead of the turn file"),
+    )
+
+
 def _add_on_dangling(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--on-dangling",
@@ -102,7 +119,7 @@ def _add_on_dangling(parser: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Any) -> None:
-    """Add ``save``, ``resume``, ``diff`` and ``merge`` to the CLI's subparsers."""
+    """Add ``save``, ``resume``, ``export``, ``diff`` and ``merge`` to the CLI's subparsers."""
     save = sub.add_parser(
         "save",
         help="normalise a transcript into a checkpoint",
@@ -153,8 +170,33 @@ def register(sub: Any) -> None:
     )
     _add_input_format(resume)
     _add_on_dangling(resume)
+    _add_export_format(resume, required=False)
     resume.add_argument("command", nargs="*", help="-- COMMAND [ARG...]")
     resume.set_defaults(run=run_resume)
+
+    export = sub.add_parser(
+        "export",
+        help="write a checkpoint's conversation in another tool's format",
+        description="Read a checkpoint (turn JSONL or any transcript, or a key of --store) and "
+        "write its conversation as FORMAT: OpenAI chat or Responses request, Anthropic "
+        "request, Codex rollout, Claude Code session log, Gemini CLI session, Aider history, "
+        "or turn JSONL. What FORMAT cannot hold is listed on stderr.",
+    )
+    export.add_argument("checkpoint", metavar="CKPT", help="turn JSONL or transcript, or a KEY")
+    _add_export_format(export, required=True)
+    export.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
+    export.add_argument(
+        "--store", metavar="URL", default=argparse.SUPPRESS, help="read CKPT as a key of this store"
+    )
+    export.add_argument(
+        "--session-id",
+        metavar="ID",
+        help="the session id a Claude Code, Codex or Gemini CLI file names (default: a new one)",
+    )
+    _add_input_format(export)
+    _add_on_dangling(export)
+    add_json_option(export)
+    export.set_defaults(run=run_export)
 
     diff = sub.add_parser(
         "diff",
@@ -203,8 +245,13 @@ def _open(
 
 
 def _write(path: str, turns: Iterable[Turn]) -> int:
+    return _writing(path, lambda target: write_turns(target, turns))
+
+
+def _writing(path: str, write: Callable[[str | BinaryIO], int]) -> int:
+    """``write`` to ``path`` (``-``: stdout); a file that cannot be written is exit 2."""
     try:
-        return write_turns(sys.stdout.buffer if path == "-" else path, turns)
+        return write(sys.stdout.buffer if path == "-" else path)
     except BrokenPipeError:
         raise  # stdout's reader left (| head): the CLI ends quietly, as every command does
     except OSError as exc:
@@ -341,54 +388,78 @@ class _Resumable:
             self.path.unlink(missing_ok=True)
 
 
-def _temp_copy(turns: Iterable[Turn]) -> _Resumable:
-    fd, name = tempfile.mkstemp(prefix="agent-checkpoint-", suffix=".jsonl")
+def _temp_copy(turns: Iterable[Turn], to: ExportFormat | None = None) -> _Resumable:
+    """A temporary turn file of ``turns`` (or, with ``to``, the file of that format)."""
+    exported = None if to is None else export_turns(turns, to=to)
+    fd, name = tempfile.mkstemp(
+        prefix="agent-checkpoint-", suffix=".jsonl" if exported is None else exported.suffix
+    )
     os.close(fd)
     path = Path(name)
     try:
-        write_turns(path, turns)
+        if exported is None:
+            write_turns(path, turns)
+        else:
+            write_export(path, exported)
     except BaseException:
         path.unlink(missing_ok=True)
         raise
+    if exported is not None:
+        for line in exported.notes():
+            note(line)
     return _Resumable(path, True)
 
 
-def _prepare(args: argparse.Namespace) -> _Resumable:
-    """Check the checkpoint before anything runs; refuse what cannot be resumed."""
-    store_url = getattr(args, "store", None)
-    if store_url and args.input_format:
+def _stored_turns(args: argparse.Namespace, verb: str) -> Iterator[Turn]:
+    """The turns of the checkpoint under the key ``args.checkpoint`` of ``--store``."""
+    store_url: str = args.store
+    if args.input_format:
         raise CommandError(
             f"--format reads a file as that format; with --store, {args.checkpoint!r} is a key "
             "of the store, whose checkpoints need none"
         )
-    if store_url:
-        with store_from(args) as store:
-            try:
-                checkpoint = store.get(args.checkpoint)
-            except RECORD_ERRORS as exc:
-                current = store.migrations.current
-                message = read_refusal(args.checkpoint, exc, current=current)
-                raise CommandError(message, EXIT["invalid"]) from exc
-        if checkpoint is None:
-            raise CommandError(
-                f"no checkpoint under key {args.checkpoint!r} in {mask_url(store_url)}",
-                EXIT["not_found"],
-            )
-        if not checkpoint.history:
-            raise CommandError(
-                f"checkpoint {args.checkpoint!r} has an empty history", EXIT["invalid"]
-            )
-        return _temp_copy(checkpoint_to_turns(checkpoint))
+    with store_from(args) as store:
+        try:
+            checkpoint = store.get(args.checkpoint)
+        except RECORD_ERRORS as exc:
+            current = store.migrations.current
+            message = read_refusal(args.checkpoint, exc, current=current)
+            raise CommandError(message, EXIT["invalid"]) from exc
+    if checkpoint is None:
+        raise CommandError(
+            f"no checkpoint under key {args.checkpoint!r} in {mask_url(store_url)}",
+            EXIT["not_found"],
+        )
+    if not checkpoint.history:
+        raise CommandError(
+            f"checkpoint {args.checkpoint!r} has an empty history: nothing to {verb}",
+            EXIT["invalid"],
+        )
+    return checkpoint_to_turns(checkpoint)
+
+
+def _checked(args: argparse.Namespace, verb: str) -> tuple[Transcript, IntegrityPlan]:
+    """The transcript ``args.checkpoint`` and its repair plan, its notes printed; refuses one
+    of which nothing would be kept. Call inside ``translated()``."""
+    transcript = _open(args.checkpoint, args.input_format)
+    plan = plan_integrity(transcript, policy=args.on_dangling)
+    for line in [*transcript.notes, *plan.report.lines()]:
+        note(line)
+    _refuse_nothing_kept(args.checkpoint, transcript, plan, verb)
+    return transcript, plan
+
+
+def _prepare(args: argparse.Namespace) -> _Resumable:
+    """Check the checkpoint before anything runs; refuse what cannot be resumed."""
+    if getattr(args, "store", None):
+        return _temp_copy(_stored_turns(args, "resume"), args.to)
     with translated():
-        transcript = _open(args.checkpoint, args.input_format)
-        plan = plan_integrity(transcript, policy=args.on_dangling)
-        for line in [*transcript.notes, *plan.report.lines()]:
-            note(line)
-        _refuse_nothing_kept(args.checkpoint, transcript, plan, "resume")
-        if transcript.format == "turns" and not plan.report.changed:
+        transcript, plan = _checked(args, "resume")
+        if args.to is None and transcript.format == "turns" and not plan.report.changed:
             return _Resumable(Path(args.checkpoint).resolve(), False)
-        note(f"resuming from a normalised copy of {args.checkpoint} ({transcript.format})")
-        return _temp_copy(plan.apply(transcript))
+        into = f" as {args.to}" if args.to else ""
+        note(f"resuming from a normalised copy of {args.checkpoint} ({transcript.format}){into}")
+        return _temp_copy(plan.apply(transcript), args.to)
 
 
 def run_resume(args: argparse.Namespace) -> int:
@@ -438,6 +509,44 @@ def run_command(command: Sequence[str], env: dict[str, str]) -> int:
         for sig, previous in handlers.items():
             signal.signal(sig, previous)
     return 128 - code if code < 0 else code
+
+
+def run_export(args: argparse.Namespace) -> int:
+    output: str = args.output or "-"
+    _not_an_input(output, args.checkpoint)
+    if getattr(args, "store", None):
+        turns: list[Turn] = list(_stored_turns(args, "export"))
+    else:
+        with translated():
+            transcript, plan = _checked(args, "export")
+            turns = list(plan.apply(transcript))
+    exported = export_turns(turns, to=args.to, session_id=args.session_id)
+    for line in exported.notes():
+        note(line)
+    _writing(output, lambda target: write_export(target, exported))
+    session = f" (session {exported.session_id})" if exported.session_id else ""
+    lost = len(exported.notes())
+    done = (
+        f"Exported {counted(exported.turns, 'turn')} to "
+        f"{'stdout' if output == '-' else output} as {args.to}{session}"
+        + (f"; {counted(lost, 'kind')} of content not carried (see the notes)" if lost else "")
+    )
+    if output == "-":  # stdout holds the file: the summary goes to stderr
+        note(done)
+        return EXIT["ok"]
+    if args.json:
+        print_json(
+            {
+                "turns": exported.turns,
+                "format": args.to,
+                "output": output,
+                "sessionId": exported.session_id,
+                "notCarried": exported.notes(),
+            }
+        )
+    else:
+        print(done)
+    return EXIT["ok"]
 
 
 def run_diff(args: argparse.Namespace) -> int:
