@@ -141,6 +141,8 @@ def anthropic_body(turns: list[Turn]) -> tuple[dict[str, Json], ConversionReport
                 )
             else:
                 messages.append({"role": "system", "content": writer.user(turn.content)})
+        elif turn.role == "assistant" and isinstance(turn.content, str) and not turn.tool_calls:
+            messages.append({"role": "assistant", "content": turn.content})  # as it was
         elif turn.role == "assistant":
             messages.append({"role": "assistant", "content": writer.assistant(turn)})
         elif turn.is_result:

@@ -4,7 +4,8 @@ A ``session_meta`` line (the session id, the time and folder), then every turn's
 items (``_export_openai``) as ``response_item`` lines stamped with the turn's time; a
 ``turn_context`` line names the model before the first reply of each model, and
 ``event_msg`` lines repeat the user's and the model's words, as Codex writes them for its
-own history view. The reader skips those; what Responses items cannot hold is reported.
+own history view. The reader skips those; what Responses items cannot hold is reported. A
+conversation that starts with a compaction's summary starts with a ``compacted`` line.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def codex_lines(
             },
         }
     ]
-    writer = ResponsesWriter()
+    writer = ResponsesWriter(strings=False)
     model: str | None = None
     ts = start
     for turn, item in response_items(turns, writer):
@@ -56,6 +57,11 @@ def codex_lines(
             model = turn.model
             context = {"cwd": folder, "model": model}
             lines.append({"timestamp": ts, "type": "turn_context", "payload": context})
+        if turn.is_compaction_summary and turn is turns[0] and item.get("role") == "user":
+            # a rollout that starts at a compaction: Codex's own line for it, read back as one
+            summary = {"message": _said(item)}
+            lines.append({"timestamp": ts, "type": "compacted", "payload": summary})
+            continue
         lines.append({"timestamp": ts, "type": "response_item", "payload": item})
         role = item.get("role")
         if item.get("type") == "message" and role in ("user", "assistant"):

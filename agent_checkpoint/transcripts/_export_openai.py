@@ -44,22 +44,33 @@ def chat_body(turns: list[Turn]) -> tuple[dict[str, Json], ConversionReport]:
     return _model(turns) | {"messages": list(messages)}, report
 
 
-def _native(content: Json) -> bool:
-    """Whether an assistant turn's content is a list of Responses items as sent."""
-    return (
-        isinstance(content, list)
-        and bool(content)
-        and all(
-            isinstance(i, dict)
-            and i.get("type") in ITEM_TYPES
-            and i.get("type") not in OUTPUT_TYPES
-            for i in content
-        )
-    )
+def _native(content: Json, *, short: bool) -> bool:
+    """Whether an assistant turn's content is a list of Responses items as sent (``short``:
+    messages in their short form, ``{role, content}``, count)."""
+    if not isinstance(content, list) or not content:
+        return False
+    for item in content:
+        kind = item.get("type") if isinstance(item, dict) else None
+        if kind is None and short and isinstance(item, dict) and "role" in item:
+            kind = "message"
+        if kind not in ITEM_TYPES or kind in OUTPUT_TYPES:
+            return False
+    return True
 
 
 class ResponsesWriter(Writer):
+    """``strings``: a message whose content is a string keeps it (a request body may; a Codex
+    rollout's messages hold lists of parts only)."""
+
+    def __init__(self, *, strings: bool = True) -> None:
+        super().__init__()
+        self.strings = strings
+
     def items(self, turn: Turn) -> Iterator[dict[str, Json]]:
+        said = isinstance(turn.content, str) and not turn.is_result and not turn.tool_calls
+        if self.strings and said:  # a message of one string, as it was
+            yield {"type": "message", "role": turn.role, "content": turn.content}
+            return
         if turn.role in ("system", "developer"):
             yield self.message(turn.role, "input_text", self.text(turn.content))
         elif turn.role == "assistant":
@@ -106,7 +117,7 @@ class ResponsesWriter(Writer):
 
     def assistant(self, turn: Turn) -> Iterator[dict[str, Json]]:
         calls = self.tool_calls(turn)
-        if _native(turn.content):
+        if _native(turn.content, short=self.strings):
             assert isinstance(turn.content, list)
             for item in turn.content:
                 assert isinstance(item, dict)

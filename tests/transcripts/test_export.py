@@ -263,3 +263,24 @@ def test_an_unknown_format_or_a_non_turn_is_refused_naming_what_is_known() -> No
         export_turns([], to="gemini")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match=r"turns\[0\] is .*not a Turn"):
         export_turns([{"role": "user"}], to="anthropic")  # type: ignore[list-item]
+
+
+SAME_SHAPE = {"anthropic", "claude-code", "codex", "openai-responses"}
+"""Formats whose turns come back exactly as read (content blocks or items as sent, thinking
+signatures, error flags) when written in their own format."""
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_a_conversation_written_in_its_own_format_comes_back_as_read(
+    sample: str, tmp_path: Path
+) -> None:
+    transcript = open_transcript(FIXTURES / sample)
+    if transcript.format not in SAME_SHAPE:
+        pytest.skip(f"{transcript.format}: chat messages are rewritten as chat_messages gives them")
+    turns = list(transcript)
+    exported = export_turns(turns, to=transcript.format)
+    back = read_back(exported, tmp_path)
+    if transcript.format == "claude-code":  # a log holds no system prompt
+        turns = [t for t in turns if t.role not in ("system", "developer")]
+    assert [t.compared() for t in back] == [t.compared() for t in turns]
+    assert [t.is_compaction_summary for t in back] == [t.is_compaction_summary for t in turns]

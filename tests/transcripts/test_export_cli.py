@@ -35,7 +35,7 @@ def test_export_writes_the_file_and_says_what_it_could_not_hold(
         "none), 2 times, at turns 3, 5\n" in ran.err
     )
     body = json.loads(out.read_text())
-    roles = "system user assistant tool assistant user assistant".split()
+    roles = ["system", "user", "assistant", "tool", "assistant", "user", "assistant"]
     assert [m["role"] for m in body["messages"]] == roles
     assert open_transcript(out).format == "openai-chat"
 
