@@ -7,7 +7,9 @@ calls are ``tool_use`` blocks with their arguments as objects, in place when the
 held them. The results that follow an assistant message go back in one user message of
 ``tool_result`` blocks (``is_error`` kept), as the API requires. A leading system turn is the
 request's ``system``; later system turns are ``role: "system"`` messages in place; a developer
-turn becomes one (reported). OpenAI reasoning items, which Anthropic cannot take, are reported.
+turn becomes one (reported). OpenAI reasoning items, which Anthropic cannot take, are reported,
+and so is a tool-call id Anthropic would refuse (``[A-Za-z0-9_-]+`` only), written with ``_``
+for its other characters, the same for its call and its result.
 
 The Claude Code log is the same content written as Claude Code 2.1 writes a session: one
 line per assistant content block sharing the message id, one user line per tool result naming
@@ -20,6 +22,7 @@ user lines (``isMeta``), as Claude Code writes what it adds to a conversation.
 from __future__ import annotations
 
 import os
+import re
 
 from .._model import Json
 from ._convert import ConversionReport
@@ -51,7 +54,15 @@ _KEPT = frozenset(
 _TEXT = frozenset({"input_text", "output_text"})
 
 
+_TOOL_ID = re.compile(r"[A-Za-z0-9_-]+")
+_NOT_ID = re.compile(r"[^A-Za-z0-9_-]")
+
+
 class AnthropicWriter(Writer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fixed_ids: dict[str, str] = {}
+
     def blocks(self, content: Json) -> list[Json]:
         """``content`` as Anthropic blocks (without tool calls of other shapes)."""
         if content is None or content == "":
@@ -100,9 +111,22 @@ class AnthropicWriter(Writer):
             )
         for block in blocks:
             if isinstance(block, dict) and block.get("type") == "tool_use":
-                name = block.get("name")
-                self.names[str(block.get("id"))] = name if isinstance(name, str) else ""
+                name, raw = block.get("name"), str(block.get("id", ""))
+                self.names[raw] = name if isinstance(name, str) else ""
+                block["id"] = self.tool_id(raw)
         return blocks
+
+    def tool_id(self, raw: str) -> str:
+        """``raw``, or, if Anthropic would refuse it (its ids match ``[A-Za-z0-9_-]+``), the
+        same id for its call and its result with the other characters as ``_`` (reported)."""
+        if _TOOL_ID.fullmatch(raw):
+            return raw
+        fixed = self.fixed_ids.get(raw)
+        if fixed is None:
+            fixed = f"{_NOT_ID.sub('_', raw) or 'toolu'}_{len(self.fixed_ids) + 1}"
+            self.fixed_ids[raw] = fixed
+            self.lose("tool-call id Anthropic would refuse (written with _ for other characters)")
+        return fixed
 
     def result_blocks(self, turn: Turn) -> list[Json]:
         out: list[Json] = []
@@ -111,7 +135,7 @@ class AnthropicWriter(Writer):
             body: Json = content if isinstance(content, str) else self.blocks(content)
             block: dict[str, Json] = {
                 "type": "tool_result",
-                "tool_use_id": result.id,
+                "tool_use_id": self.tool_id(result.id),
                 "content": body,
             }
             if result.is_error:

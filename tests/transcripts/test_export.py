@@ -284,3 +284,21 @@ def test_a_conversation_written_in_its_own_format_comes_back_as_read(
         turns = [t for t in turns if t.role not in ("system", "developer")]
     assert [t.compared() for t in back] == [t.compared() for t in turns]
     assert [t.is_compaction_summary for t in back] == [t.is_compaction_summary for t in turns]
+
+
+@pytest.mark.parametrize("fmt", ["anthropic", "claude-code"])
+def test_a_tool_id_anthropic_would_refuse_is_rewritten_for_call_and_result_alike(
+    fmt: str, tmp_path: Path
+) -> None:
+    call = make_tool_call("call:1/a", "ls", {})
+    turns = [
+        Turn("user", "go"),
+        Turn("assistant", "", tool_calls=(call,)),
+        Turn("tool", "ok", tool_results=(make_tool_result("call:1/a", "ok"),)),
+        Turn("assistant", "done"),
+    ]
+    exported = export_turns(turns, to=fmt)  # type: ignore[arg-type]
+    assert any("tool-call id Anthropic would refuse" in n for n in exported.notes())
+    back = read_back(exported, tmp_path)
+    (called,) = back[1].call_ids
+    assert called == "call_1_a_1" and back[2].result_ids == (called,)
