@@ -65,8 +65,16 @@ class ResponsesWriter(Writer):
     def __init__(self, *, strings: bool = True) -> None:
         super().__init__()
         self.strings = strings
+        self.replied = False
+        """Whether the last turn written was the model's."""
 
     def items(self, turn: Turn) -> Iterator[dict[str, Json]]:
+        if turn.role == "assistant" and self.replied:
+            self.lose("turn boundary between two replies (Responses items read back as one)")
+        yield from self._items(turn)
+        self.replied = turn.role == "assistant"
+
+    def _items(self, turn: Turn) -> Iterator[dict[str, Json]]:
         said = isinstance(turn.content, str) and not turn.is_result and not turn.tool_calls
         if self.strings and said:  # a message of one string, as it was
             yield {"type": "message", "role": turn.role, "content": turn.content}

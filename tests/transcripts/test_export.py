@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import itertools
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.shared_fixtures import shared_names
 
 from agent_checkpoint.errors import InvalidArgumentError
 from agent_checkpoint.transcripts import (
@@ -21,6 +23,7 @@ from agent_checkpoint.transcripts import (
     make_tool_call,
     make_tool_result,
     open_transcript,
+    plan_integrity,
     write_export,
 )
 from agent_checkpoint.transcripts._convert import Converter
@@ -302,3 +305,37 @@ def test_a_tool_id_anthropic_would_refuse_is_rewritten_for_call_and_result_alike
     back = read_back(exported, tmp_path)
     (called,) = back[1].call_ids
     assert called == "call_1_a_1" and back[2].result_ids == (called,)
+
+
+@pytest.mark.parametrize("fmt", ["openai-responses", "codex"])
+def test_two_replies_in_a_row_are_reported_where_they_read_back_as_one(
+    fmt: str, tmp_path: Path
+) -> None:
+    call = make_tool_call("toolu_1", "TodoWrite", {"todos": []})
+    turns = [
+        Turn("user", "plan it"),
+        Turn("assistant", "Let me make a list."),
+        Turn("assistant", "", tool_calls=(call,)),
+        Turn("tool", "ok", tool_results=(make_tool_result("toolu_1", "ok"),)),
+    ]
+    exported = export_turns(turns, to=fmt)  # type: ignore[arg-type]
+    assert exported.notes() == [
+        f"not carried into the {fmt} file: turn boundary between two replies (Responses items "
+        "read back as one), at turn 3"
+    ]
+    assert [t.role for t in read_back(exported, tmp_path)] == ["user", "assistant", "tool"]
+
+
+@pytest.mark.parametrize(
+    "name", shared_names("corpus", (".jsonl", ".json")), ids=lambda n: n.split("/")[-1]
+)
+def test_every_real_transcript_comes_back_from_every_format_or_says_what_it_lost(
+    name: str, fixture_path: Callable[[str], Path], tmp_path: Path
+) -> None:
+    transcript = open_transcript(fixture_path(name))
+    turns = list(plan_integrity(transcript).apply(transcript))  # what save and export keep
+    for fmt in EXPORT_FORMATS:
+        exported = export_turns(turns, to=fmt)
+        assert exported.data and exported.turns == len(turns), fmt
+        if fmt in READ_BACK and not exported.notes():
+            assert normal(read_back(exported, tmp_path, fmt)) == normal(turns), fmt
