@@ -28,7 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, BinaryIO
 
-from .. import Identity
+from .. import Identity, InvalidArgumentError
 from ..backends import mask_url
 from ..transcripts import (
     EXPORT_FORMATS,
@@ -191,7 +191,8 @@ def register(sub: Any) -> None:
     export.add_argument(
         "--session-id",
         metavar="ID",
-        help="the session id a Claude Code, Codex or Gemini CLI file names (default: a new one)",
+        help="the session id (a UUID) a Claude Code, Codex or Gemini CLI file names (default: a "
+        "new one)",
     )
     _add_input_format(export)
     _add_on_dangling(export)
@@ -520,7 +521,10 @@ def run_export(args: argparse.Namespace) -> int:
         with translated():
             transcript, plan = _checked(args, "export")
             turns = list(plan.apply(transcript))
-    exported = export_turns(turns, to=args.to, session_id=args.session_id)
+    try:
+        exported = export_turns(turns, to=args.to, session_id=args.session_id)
+    except InvalidArgumentError as exc:  # a --session-id that is not a UUID
+        raise CommandError(f"--session-id: {exc}") from exc
     for line in exported.notes():
         note(line)
     _writing(output, lambda target: write_export(target, exported))

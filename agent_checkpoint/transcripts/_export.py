@@ -15,7 +15,7 @@ import os
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import BinaryIO, Literal, get_args
+from typing import BinaryIO, Literal, NoReturn, get_args
 
 from .._model import Json
 from .._model._struct import kind_of
@@ -91,8 +91,8 @@ def export_turns(
 ) -> Exported:
     """``turns`` written in format ``to`` (one of ``EXPORT_FORMATS``).
 
-    ``session_id`` names the session of a Claude Code, Codex or Gemini CLI file (default: a
-    new random UUID; the same id and turns write the same file); ``cwd`` the folder those
+    ``session_id`` names the session of a Claude Code, Codex or Gemini CLI file, a UUID
+    (default: a new random one; the same id and turns write the same file); ``cwd`` the folder those
     files record (default: the current one; ``claude --resume`` and ``codex resume`` list the
     sessions of the folder they run in)."""
     if to not in EXPORT_FORMATS:
@@ -100,9 +100,7 @@ def export_turns(
             f"unknown export format {to!r}; expected one of {', '.join(EXPORT_FORMATS)}"
         )
     listed = [turn for _, turn in checked(turns)]
-    if session_id is not None and (not isinstance(session_id, str) or not session_id):
-        raise InvalidArgumentError(f"session_id must be a non-empty string, got {session_id!r}")
-    session = session_id or str(uuid.uuid4())
+    session = str(uuid.uuid4()) if session_id is None else _uuid(session_id)
     report = ConversionReport()
     named: str | None = session
     data: bytes
@@ -128,6 +126,22 @@ def export_turns(
         lines, report = write(listed, session_id=session, cwd=cwd)
         data = b"".join(dump_line(line) for line in lines)
     return Exported(to, data, report, len(listed), named)
+
+
+def _uuid(session_id: object) -> str:
+    """``session_id`` as a UUID's canonical text; refuses anything else, which the tools that
+    name sessions (Claude Code, Codex, Gemini CLI) would not pick up."""
+    try:
+        return str(uuid.UUID(session_id)) if isinstance(session_id, str) else _no_uuid(session_id)
+    except ValueError:
+        return _no_uuid(session_id)
+
+
+def _no_uuid(session_id: object) -> NoReturn:
+    raise InvalidArgumentError(
+        "session_id must be a UUID (Claude Code, Codex and Gemini CLI name sessions by one), "
+        f"got {session_id!r}"
+    )
 
 
 def write_export(path: str | os.PathLike[str] | BinaryIO, exported: Exported) -> int:

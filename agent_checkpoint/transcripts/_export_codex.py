@@ -17,7 +17,10 @@ from ._convert import ConversionReport
 from ._export_openai import ResponsesWriter, response_items
 from ._turns import Turn, now_iso
 
-__all__ = ["codex_lines"]
+__all__ = ["CODEX_CLI_VERSION", "codex_lines"]
+
+CODEX_CLI_VERSION = "0.46.0"
+"""The Codex CLI version whose rollout shape the export writes (``session_meta`` needs one)."""
 
 
 def _said(item: dict[str, Json]) -> str:
@@ -43,6 +46,7 @@ def codex_lines(
                 "timestamp": start,
                 "cwd": folder,
                 "originator": "agent-checkpoint",
+                "cli_version": CODEX_CLI_VERSION,
                 "instructions": None,
                 "source": "cli",
             },

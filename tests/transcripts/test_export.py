@@ -31,6 +31,11 @@ from agent_checkpoint.transcripts._export import SUFFIX
 from agent_checkpoint.transcripts._turns import call_arguments, call_id, call_name, result_id
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+S1, S2, G1 = (
+    "0b7c0e62-3f1e-4d8a-9c55-6a1f2d3e4b5c",
+    "019a2d7a-41c4-78b1-b7cc-a45d62a89cd5",
+    "f86f5318-f47b-4433-85f8-ec9d9a417f8e",
+)
 READ_BACK = ["turns", "openai-chat", "openai-responses", "anthropic", "codex", "claude-code"]
 """The formats both written and read: every pair is round-tripped. Adding a format whose
 reader exists (``gemini-cli``, ``aider``) to this list is all its round trip takes."""
@@ -124,10 +129,10 @@ def test_every_pair_of_formats_gives_back_the_same_turns(
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        exported = export_turns(turns, to=first, session_id="s-1")  # type: ignore[arg-type]
+        exported = export_turns(turns, to=first, session_id=S1)  # type: ignore[arg-type]
         assert exported.notes() == []
         once = read_back(exported, folder, "first")
-        again = export_turns(once, to=second, session_id="s-2")  # type: ignore[arg-type]
+        again = export_turns(once, to=second, session_id=S2)  # type: ignore[arg-type]
         assert again.notes() == []
         assert normal(read_back(again, folder, "second")) == normal(turns)
 
@@ -181,12 +186,12 @@ def _tools_conversation() -> list[Turn]:
 
 
 def test_a_claude_code_log_is_chained_as_claude_code_writes_one() -> None:
-    exported = export_turns(_tools_conversation(), to="claude-code", session_id="sess-1", cwd="/w")
+    exported = export_turns(_tools_conversation(), to="claude-code", session_id=S1, cwd="/w")
     lines = [orjson.loads(line) for line in exported.data.splitlines()]
-    assert exported.session_id == "sess-1" and exported.notes() == []
+    assert exported.session_id == S1 and exported.notes() == []
     assert [line["parentUuid"] for line in lines] == [None] + [line["uuid"] for line in lines[:-1]]
     assert len({line["uuid"] for line in lines}) == len(lines)
-    assert {line["sessionId"] for line in lines} == {"sess-1"}
+    assert {line["sessionId"] for line in lines} == {S1}
     assert {line["cwd"] for line in lines} == {"/w"}
     # one line per block of the first reply, all under one message id
     reply = [line for line in lines if line["type"] == "assistant"][:4]
@@ -205,14 +210,14 @@ def test_a_claude_code_log_is_chained_as_claude_code_writes_one() -> None:
         assert call_line["message"]["content"][0]["id"] == block["tool_use_id"]
     assert results[1]["message"]["content"][0]["is_error"] is True
     # the same session id writes the same file
-    again = export_turns(_tools_conversation(), to="claude-code", session_id="sess-1", cwd="/w")
+    again = export_turns(_tools_conversation(), to="claude-code", session_id=S1, cwd="/w")
     assert again.data == exported.data
 
 
 def test_a_gemini_session_holds_each_result_in_its_call() -> None:
-    exported = export_turns(_tools_conversation(), to="gemini-cli", session_id="g-1", cwd="/w")
+    exported = export_turns(_tools_conversation(), to="gemini-cli", session_id=G1, cwd="/w")
     session = orjson.loads(exported.data)
-    assert session["sessionId"] == "g-1" and session["startTime"] == "2026-02-10T10:00:00Z"
+    assert session["sessionId"] == G1 and session["startTime"] == "2026-02-10T10:00:00Z"
     user, reply, last = session["messages"]
     assert (user["type"], user["content"]) == ("user", "list files")
     assert reply["type"] == "gemini" and reply["content"] == "Looking."
@@ -264,6 +269,8 @@ def test_every_format_is_written() -> None:
 def test_an_unknown_format_or_a_non_turn_is_refused_naming_what_is_known() -> None:
     with pytest.raises(InvalidArgumentError, match=r"expected one of openai-chat, .*aider"):
         export_turns([], to="gemini")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="session_id must be a UUID"):
+        export_turns([], to="claude-code", session_id="s-1")
     with pytest.raises(InvalidArgumentError, match=r"turns\[0\] is .*not a Turn"):
         export_turns([{"role": "user"}], to="anthropic")  # type: ignore[list-item]
 

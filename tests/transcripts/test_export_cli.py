@@ -55,14 +55,14 @@ def test_export_claude_code_names_its_session_and_reads_back(
     run: Run, tmp_path: Path, fixture_path: Fixture
 ) -> None:
     source = fixture_path("claude-code/parallel_calls.jsonl")
-    out = tmp_path / "s-1.jsonl"
+    out = tmp_path / "0b7c0e62-3f1e-4d8a-9c55-6a1f2d3e4b5c.jsonl"
     ran = run(
         "export",
         str(source),
         "--to",
         "claude-code",
         "--session-id",
-        "s-1",
+        "0b7c0e62-3f1e-4d8a-9c55-6a1f2d3e4b5c",
         "-o",
         str(out),
         "--json",
@@ -72,7 +72,7 @@ def test_export_claude_code_names_its_session_and_reads_back(
         "turns": 7,
         "format": "claude-code",
         "output": str(out),
-        "sessionId": "s-1",
+        "sessionId": "0b7c0e62-3f1e-4d8a-9c55-6a1f2d3e4b5c",
         "notCarried": [],
     }
     before = [t.compared() for t in open_transcript(source)]
@@ -100,6 +100,7 @@ def test_export_reads_a_key_of_a_store(run: Run, tmp_path: Path, fixture_path: F
         (["--to", "gemini"], 2, "invalid choice: 'gemini' (choose from 'openai-chat', "),
         ([], 2, "the following arguments are required: --to"),
         (["--to", "aider", "--format", "nope"], 2, "invalid choice: 'nope'"),
+        (["--to", "codex", "--session-id", "s-1"], 2, "session_id must be a UUID"),
     ],
 )
 def test_export_refuses_bad_arguments(
