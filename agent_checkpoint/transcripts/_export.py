@@ -123,8 +123,7 @@ def export_turns(
         data, named = b"".join(dump_line(t.to_json()) for t in listed), None
     else:
         write = codex_lines if to == "codex" else claude_code_lines
-        lines, report = write(listed, session_id=session, cwd=cwd)
-        data = b"".join(dump_line(line) for line in lines)
+        data, report = write(listed, session_id=session, cwd=cwd)
     return Exported(to, data, report, len(listed), named)
 
 

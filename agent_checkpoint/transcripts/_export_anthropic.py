@@ -26,7 +26,7 @@ import re
 
 from .._model import Json
 from ._convert import ConversionReport
-from ._export_common import Writer, image_source, stable_id
+from ._export_common import Lines, Writer, image_source, stable_id
 from ._openai_responses import CALL_TYPES
 from ._turns import Turn, now_iso
 
@@ -202,7 +202,7 @@ class _Chain:
         self.session, self.cwd = session, cwd
         self.parent: str | None = None
         self.count = 0
-        self.lines: list[dict[str, Json]] = []
+        self.lines = Lines()
         self.line_of_call: dict[str, str] = {}
 
     def add(self, kind: str, message: dict[str, Json], ts: str, **extra: Json) -> str:
@@ -228,7 +228,7 @@ class _Chain:
 
 def claude_code_lines(
     turns: list[Turn], *, session_id: str, cwd: str | None = None
-) -> tuple[list[dict[str, Json]], ConversionReport]:
+) -> tuple[bytes, ConversionReport]:
     writer = AnthropicWriter()
     chain = _Chain(session_id, cwd if cwd is not None else os.getcwd())
     ts = next((t.ts for t in turns if t.ts), None) or now_iso()
@@ -237,7 +237,7 @@ def claude_code_lines(
         ts = turn.ts or ts  # a turn without a time: the one before it
         meta = turn.extra.get("_meta")
         injected = isinstance(meta, dict) and isinstance(meta.get("injectedBy"), dict)
-        if turn.role in ("system", "developer") and not chain.lines:
+        if turn.role in ("system", "developer") and not chain.lines.count:
             writer.lose(f"leading {turn.role} turn (a Claude Code log holds no system prompt)")
         elif turn.role in ("system", "developer"):
             writer.lose(f"{turn.role} turn (written as a meta user line, read back as a user turn)")
@@ -277,4 +277,4 @@ def claude_code_lines(
             if turn.is_compaction_summary:
                 extra |= {"isCompactSummary": True, "isVisibleInTranscriptOnly": True}
             chain.add("user", {"role": "user", "content": writer.user(turn.content)}, ts, **extra)
-    return chain.lines, ConversionReport(tuple(writer.lost))
+    return chain.lines.data(), ConversionReport(tuple(writer.lost))

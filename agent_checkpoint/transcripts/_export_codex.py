@@ -14,6 +14,7 @@ import os
 
 from .._model import Json
 from ._convert import ConversionReport
+from ._export_common import Lines
 from ._export_openai import ResponsesWriter, response_items
 from ._turns import Turn, now_iso
 
@@ -34,10 +35,11 @@ def _said(item: dict[str, Json]) -> str:
 
 def codex_lines(
     turns: list[Turn], *, session_id: str, cwd: str | None = None
-) -> tuple[list[dict[str, Json]], ConversionReport]:
+) -> tuple[bytes, ConversionReport]:
     folder = cwd if cwd is not None else os.getcwd()
     start = next((t.ts for t in turns if t.ts), None) or now_iso()
-    lines: list[dict[str, Json]] = [
+    lines = Lines()
+    lines.append(
         {
             "timestamp": start,
             "type": "session_meta",
@@ -51,7 +53,7 @@ def codex_lines(
                 "source": "cli",
             },
         }
-    ]
+    )
     writer = ResponsesWriter(strings=False)
     model: str | None = None
     ts = start
@@ -75,4 +77,4 @@ def codex_lines(
                 else {"type": "agent_message", "message": _said(item)}
             )
             lines.append({"timestamp": ts, "type": "event_msg", "payload": event})
-    return lines, ConversionReport(tuple(writer.lost))
+    return lines.data(), ConversionReport(tuple(writer.lost))

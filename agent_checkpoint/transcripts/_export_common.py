@@ -3,15 +3,17 @@ the target cannot hold (``Converter.lose``, reported, never dropped silently).""
 
 from __future__ import annotations
 
+import io
 import re
 import uuid
 from collections.abc import Iterable
 
 from .._model import Json, ToolCall
 from ._convert import Converter
+from ._jsonio import dump_line
 from ._turns import Turn, result_id
 
-__all__ = ["DATA_URL", "Result", "Writer", "image_source", "image_url", "stable_id"]
+__all__ = ["DATA_URL", "Lines", "Result", "Writer", "image_source", "image_url", "stable_id"]
 
 DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 _NAMESPACE = uuid.UUID("6f0c3b53-8d3e-4bd5-9a7c-0e6f2a1c9b41")
@@ -21,6 +23,21 @@ def stable_id(session: str, n: int) -> str:
     """The ``n``-th id of an exported session: a UUID the same for the same session and n, so
     exporting one conversation twice under one session id writes the same file."""
     return str(uuid.uuid5(_NAMESPACE, f"{session}:{n}"))
+
+
+class Lines:
+    """A JSON Lines file being written: each record encoded as it comes, not kept."""
+
+    def __init__(self) -> None:
+        self.buffer = io.BytesIO()
+        self.count = 0
+
+    def append(self, record: Json) -> None:
+        self.buffer.write(dump_line(record))
+        self.count += 1
+
+    def data(self) -> bytes:
+        return self.buffer.getvalue()
 
 
 class Result:
