@@ -43,15 +43,23 @@ def aider_markdown(turns: list[Turn]) -> tuple[str, ConversionReport]:
                 out.append(f"{text}\n")
         elif turn.is_result:
             for result in writer.results(turn):
-                body = writer.text(result.content)
+                body = _trimmed(writer, writer.text(result.content))
                 out.append("".join(f"> {line}".rstrip() + "\n" for line in body.split("\n")))
             rest = writer.leftover(turn)
             if rest is not None:
-                out.append(_user(writer.text(rest)))
+                out.append(_user(_trimmed(writer, writer.text(rest))))
         else:
-            out.append(_user(writer.text(turn.content)))
+            out.append(_user(_trimmed(writer, writer.text(turn.content))))
     return "\n".join(out), ConversionReport(tuple(writer.lost))
 
 
 def _user(text: str) -> str:
     return "".join(f"#### {line}".rstrip() + "  \n" for line in text.split("\n"))
+
+
+def _trimmed(writer: Writer, text: str) -> str:
+    """``text``, reporting the spaces at its lines' ends that Aider's history does not keep
+    (it ends a user line with a markdown break and trims quoted output)."""
+    if any(line != line.rstrip() for line in text.split("\n")):
+        writer.lose("spaces at the end of a line (Aider's history trims them)")
+    return text

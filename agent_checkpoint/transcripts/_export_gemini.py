@@ -33,6 +33,7 @@ def gemini_session(
     start = next((t.ts for t in turns if t.ts), None) or now_iso()
     messages: list[dict[str, Json]] = []
     calls: dict[str, dict[str, Json]] = {}
+    batch: list[str] = []  # the ids of the newest reply's calls not answered yet, in order
     last = start
     for turn in writer.each(turns):
         ts = last = turn.ts or last
@@ -49,6 +50,7 @@ def gemini_session(
                 if any(b.signature or b.type == "redacted_thinking" for b in thinking):
                     writer.lose("thinking signature (a Gemini CLI session keeps the text only)")
             records = []
+            batch = []
             for call in writer.tool_calls(turn):
                 entry: dict[str, Json] = {
                     "id": call.id,
@@ -59,6 +61,7 @@ def gemini_session(
                     "timestamp": ts,
                 }
                 calls[call.id] = entry
+                batch.append(call.id)
                 records.append(entry)
             if records:
                 record["toolCalls"] = list(records)
@@ -73,6 +76,13 @@ def gemini_session(
                         "tool result answering no call (a Gemini CLI call holds its result)"
                     )
                     continue
+                if result.id in batch:
+                    if batch[0] != result.id:
+                        writer.lose(
+                            "order of tool results given out of their calls' order (a Gemini "
+                            "CLI call holds its result, read back in call order)"
+                        )
+                    batch.remove(result.id)
                 output = writer.text(result.content)
                 answered["result"] = [
                     {

@@ -36,9 +36,18 @@ S1, S2, G1 = (
     "019a2d7a-41c4-78b1-b7cc-a45d62a89cd5",
     "f86f5318-f47b-4433-85f8-ec9d9a417f8e",
 )
-READ_BACK = ["turns", "openai-chat", "openai-responses", "anthropic", "codex", "claude-code"]
-"""The formats both written and read: every pair is round-tripped. Adding a format whose
-reader exists (``gemini-cli``, ``aider``) to this list is all its round trip takes."""
+READ_BACK = [
+    "turns",
+    "openai-chat",
+    "openai-responses",
+    "anthropic",
+    "codex",
+    "claude-code",
+    "gemini-cli",
+    "aider",
+]
+"""The formats both written and read: every pair is round-tripped (adding a format to this
+list is all its round trip takes)."""
 WORDS_ONLY = {"aider"}
 """Formats that hold words only, no tool calls: round trips through them are of conversations
 without tools (what they cannot hold is checked to be reported below)."""
