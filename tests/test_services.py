@@ -22,6 +22,10 @@ import psycopg
 import pytest
 import redis
 from agents import Runner
+from google.adk.agents import LlmAgent
+from google.adk.runners import Runner as AdkRunner
+from google.genai import types
+from support import adk_agent
 from support.agents_sdk import ScriptedModel, agent, one_turn
 from support.postgres_server import unique_schema, with_query
 from support.processes import TESTS
@@ -29,6 +33,7 @@ from support.services import POSTGRES_URL, REDIS_URL, service_missing
 from support.store_urls import url_for_processes
 
 from agent_checkpoint import AsyncStore, Message, RunCheckpoint, open_async_store, open_store
+from agent_checkpoint.integrations.adk import AgentCheckpointSessionService
 from agent_checkpoint.integrations.openai_agents import AgentCheckpointSession
 
 pytestmark = pytest.mark.filterwarnings("ignore::agent_checkpoint.backends.VolatileRedisWarning")
@@ -274,6 +279,74 @@ def test_the_sdk_runner_run_sync_in_a_worker_thread_continues_a_session_used_on_
 
     users = [each["content"] for each in asyncio.run(stored()) if each.get("role") == "user"]
     assert users == ["What is the weather in Paris?", "And in Rome?"]
+
+
+def test_adks_sync_runner_run_from_eight_threads_stores_every_run_once(url: str) -> None:
+    """One ADK service from the URL, its sessions made on the main loop, then eight threads at
+    once each driving ADK's sync ``Runner.run`` (its own thread and loop inside) on a session
+    of its own: every run's four events are stored, each once, in order."""
+    service = AgentCheckpointSessionService(url)
+    cities = list(adk_agent.WEATHER)
+    ids = [f"s-{uuid.uuid4().hex[:8]}-{n}" for n in range(8)]
+
+    async def create() -> None:
+        for session_id in ids:
+            await service.create_session(
+                app_name=adk_agent.APP, user_id=adk_agent.USER, session_id=session_id
+            )
+
+    asyncio.run(create())
+    start = threading.Barrier(8)
+    answers: dict[int, str] = {}
+    errors: list[BaseException] = []
+
+    def run(n: int) -> None:
+        model = adk_agent.ScriptedModel()
+        forecaster = LlmAgent(
+            name="forecaster", model=model, instruction="Answer.", tools=[adk_agent.weather]
+        )
+        runner = AdkRunner(agent=forecaster, app_name=adk_agent.APP, session_service=service)
+        city = cities[n % len(cities)]
+        question = types.Content(role="user", parts=[types.Part(text=f"Weather in {city}?")])
+        start.wait()
+        try:
+            for event in runner.run(
+                user_id=adk_agent.USER, session_id=ids[n], new_message=question
+            ):
+                if event.is_final_response() and event.content and event.content.parts:
+                    answers[n] = "".join(p.text or "" for p in event.content.parts)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(8)]
+    for each in threads:
+        each.start()
+    for each in threads:
+        each.join()
+    assert not errors, errors[0]
+
+    async def stored() -> list[Any]:
+        found = [
+            await service.get_session(
+                app_name=adk_agent.APP, user_id=adk_agent.USER, session_id=session_id
+            )
+            for session_id in ids
+        ]
+        await service.close()
+        return found
+
+    for n, session in enumerate(asyncio.run(stored())):
+        city = cities[n % len(cities)]
+        assert answers[n] == f"{city} is {adk_agent.WEATHER[city]}. You asked about {city}"
+        assert session is not None
+        events = session.events
+        assert len({event.id for event in events}) == len(events) == 4  # each once
+        parts = [
+            event.content.parts[0] for event in events if event.content and event.content.parts
+        ]
+        assert [p.text for p in parts[::3]] == [f"Weather in {city}?", answers[n]]
+        assert parts[1].function_call is not None and parts[1].function_call.args == {"city": city}
+        assert parts[2].function_response is not None
 
 
 # -- exit -----------------------------------------------------------------------------------
