@@ -241,6 +241,21 @@ class AsyncStore(_Closing):
                 return
             cursor = page.cursor
 
+    _json_page = _awaiting(Store._json_page)
+
+    async def iter_json(
+        self, *, last: int | None = None, page_size: int = 500, **filters: Any
+    ) -> AsyncIterator[tuple[Summary, dict[str, Any]]]:
+        """Every record matching ``filters`` with its JSON, newest first, a page at a time
+        (``Store.iter_json``)."""
+        cursor: str | None = None
+        while True:
+            pairs, cursor = await self._json_page(last, page_size, cursor, filters)
+            for pair in pairs:
+                yield pair
+            if cursor is None:
+                return
+
     async def claim(self, key: str, worker: str, *, ttl: float) -> AsyncClaim:
         """An exclusive lease on run ``key`` for ``worker`` (``Store.claim``)."""
         store, runner = await self._ready()

@@ -251,6 +251,29 @@ class Segmented(Closable):
     def scan(self, query: Query) -> list[Summary]:
         return self.inner.scan(query)
 
+    def scan_loaded(
+        self, query: Query, last: int | None = None
+    ) -> list[tuple[Summary, Record | None]]:
+        """``scan``, each summary with its record as ``load_many(keys, last)`` reads it
+        (``None``: deleted since it was listed): where the backend lists with its records
+        (``scan_loaded``), one read of each serves both."""
+        scan_loaded = getattr(self.inner, "scan_loaded", None)
+        if not callable(scan_loaded):
+            summaries = self.inner.scan(query)
+            records = self.load_many([summary.key for summary in summaries], last)
+            return list(zip(summaries, records, strict=True))
+        assemble = self._assembled if last is None else self._tail_of(last)
+        found: list[tuple[Summary, Record | None]] = []
+        for summary, record in scan_loaded(query):
+            layout = Layout.unpack(record.body)
+            whole = assemble(record, layout)
+            if whole is None:  # a piece gone: replaced since, read again
+                found.append((summary, self._reading(summary.key, assemble)))
+                continue
+            self._remember(summary.key, record.summary.revision, layout)
+            found.append((summary, whole))
+        return found
+
     def save(
         self, record: Record, *, expect_revision: int | None = None, create_only: bool = False
     ) -> Summary:

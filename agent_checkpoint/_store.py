@@ -372,12 +372,36 @@ class Store:
         """Summaries newest first (ties by key), filtered, one page at a time. ``prefix``:
         only keys that begin with it (every character literal, no wildcard), served by the
         backend's listing."""
+        filters = {"owner": owner, "agent_id": agent_id, "failed": failed, "phase": phase,
+                   "before": before, "since": since, "prefix": prefix}  # fmt: skip
+        found = self._scanned(self._records.scan, limit, cursor, filters)
+        items = found[:limit]
+        return Page(items, encode_cursor(items[-1]) if len(found) > limit else None)
+
+    def _scanned(
+        self,
+        scan: Callable[[Query], builtins.list[T]],
+        limit: int,
+        cursor: str | None,
+        filters: Mapping[str, Any],
+    ) -> builtins.list[T]:
+        """``scan`` of the query ``list`` makes of ``filters`` (its keyword arguments): up
+        to ``limit + 1`` items, the last telling that there are more."""
+        unknown = sorted(set(filters) - _FILTERS)
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown listing filter {unknown[0]!r}; the filters are {sorted(_FILTERS)}"
+            )
+        owner, agent_id, phase, prefix, failed, before, since = (
+            filters.get(name) for name in ("owner", "agent_id", "phase", "prefix", "failed",
+                                           "before", "since")
+        )  # fmt: skip
         if type(limit) is not int or not 1 <= limit <= MAX_PAGE:
             raise InvalidKeyError(f"limit must be between 1 and {MAX_PAGE}, got {limit!r}")
         if failed is not None and not isinstance(failed, bool):
             raise InvalidKeyError(f"the failed filter must be True, False or None, got {failed!r}")
-        filters = {"owner": owner, "agent_id": agent_id, "phase": phase, "prefix": prefix}
-        holdable = all(_holdable(name, value) for name, value in filters.items())
+        held = ("owner", "agent_id", "phase", "prefix")
+        holdable = all(_holdable(name, filters.get(name)) for name in held)
         query = Query(
             owner=owner,
             agent_id=agent_id,
@@ -391,9 +415,7 @@ class Store:
         )
         # a filter no stored record can hold matches nothing: no backend call (the other
         # arguments are still checked above, and a closed store still refuses)
-        found = self._call(lambda: self._records.scan(query) if holdable else [])
-        items = found[:limit]
-        return Page(items, encode_cursor(items[-1]) if len(found) > limit else None)
+        return self._call(lambda: scan(query) if holdable else [])
 
     def iter_summaries(self, *, page_size: int = 500, **filters: Any) -> Iterator[Summary]:
         """Every summary matching ``filters``, newest first, fetched page by page."""
@@ -404,6 +426,41 @@ class Store:
             if page.cursor is None:
                 return
             cursor = page.cursor
+
+    def iter_json(
+        self, *, last: int | None = None, page_size: int = 500, **filters: Any
+    ) -> Iterator[tuple[Summary, dict[str, Json]]]:
+        """Every record matching ``filters`` (``list``'s), newest first, with its JSON as
+        ``get_json(key, last=last)`` gives it: ``iter_summaries`` and a ``get_json_many`` of
+        each page, where the backend can in one read of each record (S3: the GET that reads a
+        record also proves its index entry current, which a listing checks with a HEAD). A
+        record deleted between the listing and its read is left out."""
+        cursor: str | None = None
+        while True:
+            pairs, cursor = self._json_page(last, page_size, cursor, filters)
+            yield from pairs
+            if cursor is None:
+                return
+
+    def _json_page(
+        self, last: int | None, limit: int, cursor: str | None, filters: dict[str, Any]
+    ) -> tuple[builtins.list[tuple[Summary, dict[str, Json]]], str | None]:
+        """A page of ``iter_json``, and the cursor of the next (``None``: the last)."""
+        if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 0):
+            raise InvalidArgumentError(f"last must be a whole number >= 0, not {last!r}")
+        records = self._records
+        if not isinstance(records, Segmented):
+            page = self.list(limit=limit, cursor=cursor, **filters)
+            found = self.get_json_many([summary.key for summary in page.items], last=last)
+            pairs = [(s, j) for s, j in zip(page.items, found, strict=True) if j is not None]
+            return pairs, page.cursor
+        scanned = self._scanned(
+            lambda query: records.scan_loaded(query, last), limit, cursor, filters
+        )
+        items = scanned[:limit]
+        decode = self._codec.decode_json
+        pairs = [(s, decode(r.body, s.key, last=last)) for s, r in items if r is not None]
+        return pairs, encode_cursor(items[-1][0]) if len(scanned) > limit else None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -613,6 +670,10 @@ class Store:
             with attempt:
                 return fn()
         raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
+
+
+_FILTERS = frozenset({"owner", "agent_id", "failed", "phase", "before", "since", "prefix"})
+"""The keyword arguments of ``Store.list`` that filter what it lists."""
 
 
 def _holdable(name: str, value: str | None) -> bool:

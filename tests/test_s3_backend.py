@@ -522,6 +522,9 @@ def test_entries_left_by_a_crash_are_never_listed(client: Any, prefix: str) -> N
         client.put_object(Bucket=BUCKET, Key=dropped, Body=b"")
         assert [(s.key, s.saved_at) for s in store.list()] == [("a", 200)]
         assert [(s.key, s.saved_at) for s in store.list(since=0, before=300)] == [("a", 200)]
+        # a listing that reads its records checks each entry with the GET that reads it
+        [(summary, found)] = store.iter_json()
+        assert (summary.key, summary.saved_at, found) == ("a", 200, store.get_json("a"))
         assert store.forget_older_than(150).forgotten == 0
         report = backend.verify(repair=True, grace=0)
         assert (report["records"], report["missing"], report["stale"]) == (1, 0, 2)

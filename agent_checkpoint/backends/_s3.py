@@ -40,7 +40,16 @@ import orjson
 
 from ..errors import ConflictError, InvalidKeyError
 from ._base import Query, Record, Summary, plan_drop
-from ._objects import Entry, Layout, grave_fields, in_segments, is_grave, key_name, reserved_root
+from ._objects import (
+    Current,
+    Entry,
+    Layout,
+    grave_fields,
+    in_segments,
+    is_grave,
+    key_name,
+    reserved_root,
+)
 from ._s3_bucket import NAME, Bucket, connect
 from ._s3_records import Known, Records, pack
 from ._s3_writes import Write
@@ -217,6 +226,25 @@ class S3Backend:
         return self._layout.scan(
             query, self._entries, lambda names: self._records.fetch_many(names, "scan")
         )
+
+    def scan_loaded(self, query: Query) -> list[tuple[Summary, Record]]:
+        """``scan``, each summary with its record read whole: the GET of an entry's record
+        both reads it and proves the entry current (the record carries its token), where
+        ``scan`` HEADs it, so a listing that reads the records costs a request a record,
+        not two."""
+        self._check("scan")
+        read: dict[int, tuple[Summary, Record]] = {}  # by the listed summary (id: kept alive)
+
+        def fetch(name: str) -> Current | None:
+            known, record = self._records.loaded(name, "scan") or (None, None)
+            if known is None or record is None:  # no record, or a tombstone
+                return None
+            current = self._layout.current(known.fields, name, "scan", known.etag)
+            read[id(current.summary)] = (current.summary, record)
+            return current
+
+        summaries = self._layout.scan(query, self._entries, lambda ns: self._bucket.map(fetch, ns))
+        return [(summary, read[id(summary)][1]) for summary in summaries]
 
     def _entries(self, start: str, first: int) -> Iterator[Entry]:
         index = self._layout.index

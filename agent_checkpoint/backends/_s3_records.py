@@ -58,9 +58,18 @@ class Records:
         """The record read whole; with ``remember``, its header and ETag are remembered as a
         write's are, so that a conditional write of it next (read, then write on the revision
         read) needs no read of its own."""
+        got = self.loaded(name, operation)
+        if got is None:
+            return None
+        if remember:
+            self.remember(name, got[0])
+        return got[1]
 
-        def seen(fields: dict[str, Any], etag: str) -> None:
-            self.remember(name, Known(fields, etag))
+    def loaded(self, name: str, operation: str) -> tuple[Known, Record | None] | None:
+        """The record read whole, with the header and ETag of the object read (the record
+        ``None``: a tombstone, or gone while its segment objects were read); ``None`` if
+        there is no object."""
+        read: list[Known] = []
 
         def get_all(paths: list[str]) -> list[bytes | None]:
             parts = self.bucket.map(lambda p: self.bucket.get(p, operation), paths, nested=True)
@@ -72,15 +81,16 @@ class Records:
                 return None
             return again.etag == etag
 
-        return self.layout.load(
+        record = self.layout.load(
             name,
             operation,
             get=lambda path: self.bucket.get(path, operation),
             get_all=get_all,
             still=still,
             tries=READS,
-            seen=seen if remember else None,
+            seen=lambda fields, etag: read.append(Known(fields, etag)),
         )
+        return (read[-1], record) if read else None
 
     def fetch(self, name: str, operation: str) -> Current | None:
         """The live record's summary, token and ETag: from its metadata, else its header."""

@@ -85,6 +85,12 @@ class BlockingStore:
 
         return iter(self._loop.run(collect()))
 
+    def iter_json(self, **options: Any) -> Iterator[Any]:
+        async def collect() -> list[Any]:
+            return [pair async for pair in self.async_store.iter_json(**options)]
+
+        return iter(self._loop.run(collect()))
+
     def claim(self, key: str, worker: str, *, ttl: float) -> BlockingClaim:
         return BlockingClaim(self._loop.run(self.async_store.claim(key, worker, ttl=ttl)), self)
 

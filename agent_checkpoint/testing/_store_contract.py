@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -189,6 +190,32 @@ class _StoreContract:
             store.get_json_many("long")
         with pytest.raises(InvalidArgumentError, match="last must be a whole number"):
             store.get_json_many(["long"], last=-1)
+
+    def test_iter_json_lists_each_record_with_what_get_json_reads(self, store: Store) -> None:
+        history: tuple[Message, ...] = ()
+        long = checkpoint("r", principal="al")
+        for i in range(30):  # grown one put at a time: the history is kept in pieces
+            history = (*history, Message("user", f"{i} " + "y" * 600))
+            store.put(replace(long, history=history), key="long")
+        for i in range(7):
+            store.put(checkpoint(f"run-{i}", principal="al" if i % 2 else "bo"), key=f"k{i}")
+            store.put(checkpoint(f"run-{i}", principal="al" if i % 2 else "bo"), key=f"k{i}")
+        store.delete("k5")
+        for last in (None, 0, 3):
+            choices: tuple[dict[str, Any], ...] = ({}, {"owner": "al"})
+            for filters in choices:
+                listed = [s.key for s in store.iter_summaries(**filters)]
+                pairs = list(store.iter_json(last=last, page_size=2, **filters))
+                assert [s.key for s, _ in pairs] == listed  # each once, newest first
+                assert [j for _, j in pairs] == [store.get_json(k, last=last) for k in listed]
+        assert sorted(s.key for s, _ in store.iter_json(owner="al")) == ["k1", "k3", "long"]
+        assert list(store.iter_json(owner="nobody")) == []
+        with pytest.raises(InvalidArgumentError, match="last must be a whole number"):
+            list(store.iter_json(last=-1))
+        with pytest.raises(InvalidKeyError, match="limit must be between"):
+            list(store.iter_json(page_size=0))
+        with pytest.raises(InvalidArgumentError, match="unknown listing filter 'owners'"):
+            list(store.iter_json(owners="al"))
 
     def test_invalid_checkpoint_is_refused_and_nothing_is_stored(self, store: Store) -> None:
         doc = checkpoint().to_json()
