@@ -460,27 +460,16 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
 
     def _list(self, store: Store, app: str, user: str | None) -> ListSessionsResponse:
         metas: list[tuple[_Ids, dict[str, Any]]] = []
-        page: list[tuple[str, str, str]] = []
-
-        def read_page() -> None:  # one batched read of the records' heads, no history
-            heads = store.get_json_many([session_key(*ids) for ids in page], last=0)
-            for ids, found in zip(page, heads, strict=True):
-                meta = None if found is None else found["data"].get(SESSION)
-                if isinstance(meta, dict):
-                    metas.append((_Ids(*ids), meta))
-            page.clear()
-
-        for summary in store.iter_summaries(
-            owner=user, agent_id=agent_id(app), page_size=_LIST_PAGE
+        # each record's head, no history, read with its listing (one request a session on S3)
+        for summary, found in store.iter_json(
+            owner=user, agent_id=agent_id(app), page_size=_LIST_PAGE, last=0
         ):
             found_ids = parsed(summary.key)
             if found_ids is None or found_ids[0] != app or user not in (None, found_ids[1]):
                 continue
-            page.append(found_ids)
-            if len(page) >= _LIST_PAGE:
-                read_page()
-        if page:
-            read_page()
+            meta = found["data"].get(SESSION)
+            if isinstance(meta, dict):
+                metas.append((_Ids(*found_ids), meta))
         users = sorted({ids.user for ids, _ in metas})
         records = store.get_records([app_key(app), *(user_key(app, u) for u in users)])
         app_state = state_of(records[0], store)
