@@ -14,6 +14,11 @@ so the user filter has something to leave out. Then ``list_sessions(app_name=, u
 made), after one untimed call: the median is reported, with its ratio to the SQLite database
 service's median. A second figure lists every user's sessions (``user_id=None``).
 
+With ``s3`` among the backends, a last row is the floor of one object per session on the
+run's S3 server: bare boto3 on the bucket our service seeded, one LIST of its record objects
+and a GET of each listed session's record (the user's, or every user's), ``--floor-pool``
+threads at a time on a client with as many pooled connections (no check, no decoding).
+
 Each listing is checked: the same session ids, oldest update first, no events, and the same
 merged state as the SQLite service returns. The target of issue 40: at most 1x the database
 service on every backend.
@@ -23,12 +28,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import os
 import statistics
 import sys
 import time
 import warnings
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +128,53 @@ async def measure(name: str, service: Any, args: argparse.Namespace) -> dict[str
     return row
 
 
+def _record_key(name: str) -> str:
+    """The key a record object's name encodes (base32hex, as the store names them)."""
+    return base64.b32hexdecode(name.upper() + "=" * (-len(name) % 8)).decode()
+
+
+def _floor_list(client: Any, bucket: str, prefix: str, user: str | None, threads: int) -> int:
+    """One LIST of the record objects, then a GET of each of the sessions listed (the user's,
+    or every user's), in parallel: what one object per session costs at least."""
+    paths = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            parts = _record_key(item["Key"][len(prefix) :]).split("/")
+            if len(parts) == 4 and parts[0] == "adk" and user in (None, parts[2]):
+                paths.append(item["Key"])
+    with ThreadPoolExecutor(threads) as pool:
+        bodies = list(
+            pool.map(lambda p: client.get_object(Bucket=bucket, Key=p)["Body"].read(), paths)
+        )
+    return len(bodies)
+
+
+async def measure_floor(
+    server: Any, place: sessions.Place, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The S3 floor row, on the bucket ``place`` seeded (``_floor_list``)."""
+    client = server.client(max_pool_connections=args.floor_pool)
+    prefix = "sessions/records/"
+    row: dict[str, Any] = {"target": f"s3-floor (boto3, {args.floor_pool} threads)", "seed_s": 0.0}
+    for label, user in (("user", USER), ("all", None)):
+
+        def one(user: str | None = user) -> int:
+            return _floor_list(client, place.tag, prefix, user, args.floor_pool)
+
+        count = await asyncio.to_thread(one)  # untimed: warm up
+        want = args.sessions if user else args.sessions + args.sessions // 10
+        assert count == want, f"the floor read {count} sessions, not {want}"
+        times = []
+        for _ in range(args.repeats):
+            started = time.perf_counter()
+            await asyncio.to_thread(one)
+            times.append(time.perf_counter() - started)
+        row[f"{label}_ms"] = statistics.median(times) * 1000
+        row[f"{label}_shape"] = None
+    client.close()
+    return row
+
+
 def _service(place: sessions.Place | None, cleanup: servers.Cleanup) -> Any:
     if place is None:
         from google.adk.sessions import DatabaseSessionService
@@ -152,13 +206,16 @@ async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
                 rows.append(await measure(name, service, args))
             finally:
                 await sessions._close(service)
+            if place is not None and place.backend == "s3":
+                rows.append(await measure_floor(s3(), place, args))
     finally:
         cleanup.run()
     base = dict(rows[0])
     for row in rows:
         for label in ("user", "all"):
             row[f"{label}_ratio"] = row[f"{label}_ms"] / base[f"{label}_ms"]
-            same = row.pop(f"{label}_shape") == base[f"{label}_shape"]
+            shape = row.pop(f"{label}_shape")
+            same = shape is None or shape == base[f"{label}_shape"]  # the floor: not a listing
             row[f"{label}_same"] = "yes" if same else "NO"
     return rows
 
@@ -187,6 +244,7 @@ if __name__ == "__main__":
     parser.add_argument("--long-events", type=int, default=40)
     parser.add_argument("--backends", default="memory,disk,redis,postgres,s3")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--floor-pool", type=int, default=32)
     parser.add_argument("--json", default="")
     arguments = parser.parse_args()
     started = time.time()
