@@ -54,16 +54,15 @@ def item(key: str) -> RunCheckpoint:
     return RunCheckpoint.new("task", (Message("user", key),), run_id=key)
 
 
-def on_loops(threads: int, work: Callable[[int], Coroutine[Any, Any, None]]) -> None:
-    """``work(n)`` in ``threads`` threads at once, each on an event loop of its own
-    (``asyncio.run``), as the frameworks' sync wrappers run; their errors are raised here."""
+def in_threads(threads: int, work: Callable[[int], None]) -> None:
+    """``work(n)`` in ``threads`` threads started at once; their errors are raised here."""
     errors: list[BaseException] = []
     start = threading.Barrier(threads)
 
     def thread(n: int) -> None:
         start.wait()
         try:
-            asyncio.run(work(n))
+            work(n)
         except BaseException as exc:
             errors.append(exc)
 
@@ -74,6 +73,12 @@ def on_loops(threads: int, work: Callable[[int], Coroutine[Any, Any, None]]) -> 
         each.join()
     if errors:
         raise errors[0]
+
+
+def on_loops(threads: int, work: Callable[[int], Coroutine[Any, Any, None]]) -> None:
+    """``work(n)`` in ``threads`` threads at once, each on an event loop of its own
+    (``asyncio.run``), as the frameworks' sync wrappers run; their errors are raised here."""
+    in_threads(threads, lambda n: asyncio.run(work(n)))
 
 
 # -- one pool per process ------------------------------------------------------------------
@@ -296,9 +301,7 @@ def test_adks_sync_runner_run_from_eight_threads_stores_every_run_once(url: str)
             )
 
     asyncio.run(create())
-    start = threading.Barrier(8)
     answers: dict[int, str] = {}
-    errors: list[BaseException] = []
 
     def run(n: int) -> None:
         model = adk_agent.ScriptedModel()
@@ -308,22 +311,11 @@ def test_adks_sync_runner_run_from_eight_threads_stores_every_run_once(url: str)
         runner = AdkRunner(agent=forecaster, app_name=adk_agent.APP, session_service=service)
         city = cities[n % len(cities)]
         question = types.Content(role="user", parts=[types.Part(text=f"Weather in {city}?")])
-        start.wait()
-        try:
-            for event in runner.run(
-                user_id=adk_agent.USER, session_id=ids[n], new_message=question
-            ):
-                if event.is_final_response() and event.content and event.content.parts:
-                    answers[n] = "".join(p.text or "" for p in event.content.parts)
-        except BaseException as exc:
-            errors.append(exc)
+        for event in runner.run(user_id=adk_agent.USER, session_id=ids[n], new_message=question):
+            if event.is_final_response() and event.content and event.content.parts:
+                answers[n] = "".join(p.text or "" for p in event.content.parts)
 
-    threads = [threading.Thread(target=run, args=(n,)) for n in range(8)]
-    for each in threads:
-        each.start()
-    for each in threads:
-        each.join()
-    assert not errors, errors[0]
+    in_threads(8, run)
 
     async def stored() -> list[Any]:
         found = [
