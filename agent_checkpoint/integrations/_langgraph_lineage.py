@@ -2,7 +2,8 @@
 checkpoints' entries among its messages (``Entry``, ``scan_entries``, ``entry_message``), what
 the saver last read or wrote of it (``Lineage``), a lineage read for its checkpoints, its
 messages turned into LangChain's only as far as needed (``LineageRead``), and the records of
-pending writes listed beside a checkpoint (``writes_at``, ``by_time``). The layout itself is
+pending writes listed beside a checkpoint (``writes_at``, ``by_time``); a lineage's record as a
+put writes it (``head``) and a thread's lineages as the index lists them (``heads``). The layout itself is
 described in ``langgraph.py``; keys are ``_langgraph_records.py``'s, the message codec
 ``_langgraph_messages.py``'s.
 """
@@ -18,10 +19,20 @@ from typing import Any, cast
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from agent_checkpoint import ConflictError, Message, Record, Store, Summary
+from agent_checkpoint import (
+    AgentRef,
+    ConflictError,
+    Identity,
+    Message,
+    Record,
+    RunCheckpoint,
+    Store,
+    Summary,
+)
+from agent_checkpoint import OriginalInput as _Input
 
 from ._langgraph_messages import langchain_of
-from ._langgraph_records import ENTRY_ROLE, Key, id_time
+from ._langgraph_records import ENTRY_ROLE, Key, id_time, parse_head
 
 __all__ = [
     "NO_LINEAGE",
@@ -30,6 +41,8 @@ __all__ = [
     "LineageRead",
     "by_time",
     "entry_message",
+    "head",
+    "heads",
     "loaded_parts",
     "read_lineage",
     "saver_part",
@@ -207,3 +220,27 @@ def by_time(summaries: Iterator[Summary]) -> Iterator[list[Summary]]:
         group.append(summary)
     if group:
         yield group
+
+
+def head(
+    owner: str, thread: Key, latest: str, ours: tuple[Message, ...], step: int
+) -> RunCheckpoint:
+    """A lineage's record: its history ``ours``, saved with the thread's latest checkpoint."""
+    return RunCheckpoint(
+        run_id=latest,  # the thread's latest checkpoint: listed from the index alone
+        history=ours,
+        last_completed_iteration=step,
+        original_input=_Input(""),  # not the last question: rewritten at every step
+        identity=Identity(thread.thread, principal=owner),
+        agent=AgentRef(thread.tag),
+    )
+
+
+def heads(store: Store, thread: Key, *, any_ns: bool = False) -> list[Summary]:
+    """The summaries of a thread's lineages (of its namespace, or of all), newest first."""
+    found = []
+    for summary in store.iter_summaries(agent_id=thread.tag, page_size=100):
+        parsed = parse_head(summary.key)
+        if parsed is not None and parsed.thread == thread.thread and (any_ns or parsed == thread):
+            found.append(summary)
+    return found
