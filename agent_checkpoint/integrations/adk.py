@@ -34,23 +34,23 @@ were made (as ADK's database service does it), so concurrent appends on one fres
 land. An append runs to its end even when its caller is cancelled. When the store cannot say
 whether an append landed (its reply was lost: ``BackendUnavailableError``), the record is read
 back: if it names the append's write token, the append landed and returns as usual.
+
+Keys, state scopes and events as messages are in ``_adk_records.py``. The service below is the
+face: its reads over a ``Store`` are ``_adk_reads.py``'s, its writes ``_adk_writes.py``'s, app
+and user state ``_adk_state.py``'s, and what it remembers of the sessions it wrote
+``_adk_known.py``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import uuid
 import weakref
-from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from google.adk.errors import StaleSessionError
-from google.adk.errors.already_exists_error import AlreadyExistsError
-from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
 from google.adk.sessions.base_session_service import (
     BaseSessionService,
@@ -61,48 +61,29 @@ from google.adk.sessions.session import Session
 from pydantic_core import PydanticSerializationError
 
 from agent_checkpoint import (
-    AgentRef,
     AsyncStore,
-    BackendUnavailableError,
-    CheckpointError,
-    ConflictError,
-    Identity,
     InvalidArgumentError,
-    Message,
-    OriginalInput,
-    RunCheckpoint,
     Store,
     open_store,
 )
 
+from . import _adk_reads as _reads
+from . import _adk_writes as _writes
+from ._adk_known import Ids, KnownSessions
 from ._adk_records import (
-    EVENT,
     KEY_PREFIX,
-    SCOPED,
-    SESSION,
-    STAMPS,
-    STATE,
     STATE_PREFIX,
     Scopes,
     agent_id,
-    app_key,
     checked_id,
-    event_of,
     json_of,
-    latest,
     listed_id,
-    merged,
-    newer,
     parsed,
-    scoped_of,
     session_key,
-    stamped_state,
     state_of,
-    timestamp_of,
-    to_message,
-    unreadable,
     user_key,
 )
+from ._adk_state import merge, scoped_delta
 from ._stores import OnStore, check_options, settled
 
 __all__ = [
@@ -119,11 +100,6 @@ __all__ = [
 
 SCHEME = "agent-checkpoint"
 """The session service URI scheme ``register_session_schemes`` registers with ADK."""
-
-_TRIES = 100  # conditional writes of app or user state a call tries
-_KNOWN = 256  # sessions whose history the service keeps, to append without reading it
-_FIRST_READ = 16  # events the first read of a session filtered by time takes
-_LIST_PAGE = 500  # sessions list_sessions reads in one batch
 
 
 # -- listing ----------------------------------------------------------------------------------
@@ -198,43 +174,6 @@ def list_session_page(
 # -- the service ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Known:
-    """A session's record as this service last wrote or read it whole."""
-
-    revision: int
-    write: str
-    history: tuple[Message, ...]
-    state: dict[str, Any]  # the session's own
-    asked: str  # the last user message's text: the record's originalInput
-    scoped: dict[str, Any] | None = None  # its SCOPED, unless this service has applied it
-
-
-@dataclass(frozen=True, slots=True)
-class _Ids:
-    app: str
-    user: str
-    sid: str
-
-    @property
-    def key(self) -> str:
-        return session_key(self.app, self.user, self.sid)
-
-
-def _scoped_of(scopes: Scopes, timestamp: float, write: str) -> dict[str, Any] | None:
-    """What a session's write records of its app and user deltas (``SCOPED``), if any."""
-    if not (scopes.app or scopes.user):
-        return None
-    return {"at": [timestamp, write], "app": scopes.app, "user": scopes.user}
-
-
-def _stale(session_id: str) -> StaleSessionError:
-    return StaleSessionError(
-        f"session {session_id!r} was modified in storage since it was loaded (another "
-        "writer appended to it): get the session again before appending more events"
-    )
-
-
 class AgentCheckpointSessionService(OnStore, BaseSessionService):
     """ADK's ``BaseSessionService`` on an agent-checkpoint store (see the module docstring).
 
@@ -245,8 +184,8 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
 
     def __init__(self, store: str | Store | AsyncStore, **store_options: Any) -> None:
         OnStore.__init__(self, store, store_options)
-        self._known: OrderedDict[str, _Known] = OrderedDict()
-        self._guard = threading.Lock()  # the maps below; never held across I/O
+        self._known = KnownSessions()
+        self._guard = threading.Lock()  # the locks' map; never held across I/O
         self._locks: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, weakref.WeakValueDictionary[str, asyncio.Lock]
         ] = weakref.WeakKeyDictionary()
@@ -268,13 +207,13 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
         nothing changes. ``app:`` and ``user:`` keys of ``state`` go to the app's and the
         user's state, ``temp:`` keys nowhere."""
         sid = str(uuid.uuid4()) if session_id is None else session_id
-        ids = _Ids(
+        ids = Ids(
             checked_id("app_name", app_name),
             checked_id("user_id", user_id),
             checked_id("session_id", sid),
         )
         scopes = Scopes.of(json_of("state", state or {}))
-        return await settled(self._store.call(self._create, ids, scopes))
+        return await settled(self._store.call(partial(_writes.create, self), ids, scopes))
 
     async def get_session(
         self,
@@ -286,7 +225,7 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
     ) -> Session | None:
         """The session, or ``None``; with ``config.num_recent_events`` only that many
         newest events are read, not the whole history."""
-        ids = _Ids(
+        ids = Ids(
             checked_id("app_name", app_name),
             checked_id("user_id", user_id),
             checked_id("session_id", session_id),
@@ -295,7 +234,7 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
         after = config.after_timestamp if config is not None else None
         if recent is not None and (isinstance(recent, bool) or recent < 0):
             raise InvalidArgumentError(f"num_recent_events must be >= 0, got {recent!r}")
-        return await self._store.call(self._get, ids, recent, after)
+        return await self._store.call(partial(_reads.get, self), ids, recent, after)
 
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
@@ -309,7 +248,7 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
         user = None if user_id is None else listed_id("user_id", user_id)
         if "" in (app, user):
             return ListSessionsResponse()
-        return await self._store.call(self._list, app, user)
+        return await self._store.call(_reads.list_sessions, app, user)
 
     async def list_session_page(
         self,
@@ -328,12 +267,12 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """Delete the session and its events (nothing if there is none); app and user state
         stay."""
-        ids = _Ids(
+        ids = Ids(
             checked_id("app_name", app_name),
             checked_id("user_id", user_id),
             checked_id("session_id", session_id),
         )
-        await settled(self._store.call(self._delete, ids))
+        await settled(self._store.call(partial(_writes.delete, self._known), ids))
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user's state in the app, keys without ``user:``."""
@@ -347,7 +286,7 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
             return event
         if not isinstance(session, Session) or not isinstance(event, Event):
             raise InvalidArgumentError("append_event takes an ADK Session and an ADK Event")
-        ids = _Ids(
+        ids = Ids(
             checked_id("app_name", session.app_name),
             checked_id("user_id", session.user_id),
             checked_id("session_id", session.id),
@@ -363,15 +302,17 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
         async with self._lock(key):
             marker = session._storage_update_marker
             last = session.events[-1].id if session.events else None
+            append = partial(_writes.append, self)
             write = await settled(
-                self._store.call(self._append, ids, marker, last, dumped, delta, event.timestamp)
+                self._store.call(append, ids, marker, last, dumped, delta, event.timestamp)
             )
             session._storage_update_marker = write
             session.last_update_time = event.timestamp
             self._commit(session, event)
-        scoped = _scoped_of(Scopes.of(delta), event.timestamp, write)
+        scoped = scoped_delta(Scopes.of(delta), event.timestamp, write)
         if scoped is not None:
-            await settled(self._store.call(self._apply_scoped, ids, write, scoped))
+            apply = partial(_writes.apply_scoped, self)
+            await settled(self._store.call(apply, ids, write, scoped))
         return event
 
     def _commit(self, session: Session, event: Event) -> None:
@@ -385,6 +326,9 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
         self._update_session_state(session, event)
         session.events.append(event)
 
+    # every write of app or user state goes through here (a writer stopped there in tests)
+    _merge = staticmethod(merge)
+
     # -- one call at a time per session, in this process ---------------------------------------
 
     def _lock(self, key: str) -> asyncio.Lock:
@@ -397,326 +341,6 @@ class AgentCheckpointSessionService(OnStore, BaseSessionService):
             if lock is None:
                 lock = locks[key] = asyncio.Lock()
             return lock
-
-    # -- the one implementation, over a Store ----------------------------------------------
-
-    def _create(self, store: Store, ids: _Ids, scopes: Scopes) -> Session:
-        now = time.time()
-        write = uuid.uuid4().hex
-        scoped = _scoped_of(scopes, now, write)
-        record = self._record(ids, (), scopes.session, now, write, "", scoped)
-        try:
-            summary = store.put(record, key=ids.key, create_only=True)
-        except ConflictError as exc:
-            raise AlreadyExistsError(f"Session with id {ids.sid} already exists.") from exc
-        self._remember(ids.key, _Known(summary.revision, write, (), scopes.session, "", scoped))
-        app, user = self._scoped(store, ids, scoped)
-        if scoped is not None:
-            self._applied(ids.key, write)
-        session = Session(
-            id=ids.sid,
-            app_name=ids.app,
-            user_id=ids.user,
-            state=merged(scopes.session, app, user),
-            last_update_time=now,
-        )
-        session._storage_update_marker = write
-        return session
-
-    def _get(
-        self, store: Store, ids: _Ids, recent: int | None, after: float | None
-    ) -> Session | None:
-        key = ids.key
-        last = recent if recent is not None or after is None else _FIRST_READ
-        while True:
-            found = store.get_json(key, last=last)
-            if found is None:
-                return None
-            data: dict[str, Any] = found["data"]
-            history: list[Any] = data["history"]
-            whole = last is None or len(history) < last
-            # filtered by time alone: read further back until an older event shows
-            if recent is not None or whole or timestamp_of(history[0]) < (after or 0.0):
-                break
-            last = (last or _FIRST_READ) * 4
-        meta = data.get(SESSION)
-        if not isinstance(meta, dict):
-            raise unreadable(f"record {key!r} holds no ADK session ({SESSION})")
-        saved = float(found.get("savedAt", 0)) / 1000
-        kept = latest(history, recent, after)
-        start = len(history) - len(kept)
-        events = [event_of(key, start + i, entry, saved) for i, entry in enumerate(kept)]
-        app, user = self._scoped(store, ids, scoped_of(meta))
-        session = Session(
-            id=ids.sid,
-            app_name=ids.app,
-            user_id=ids.user,
-            state=merged(meta.get("state") or {}, app, user),
-            events=events,
-            last_update_time=float(meta.get("lastUpdateTime") or saved),
-        )
-        session._storage_update_marker = meta.get("write")
-        return session
-
-    def _list(self, store: Store, app: str, user: str | None) -> ListSessionsResponse:
-        metas: list[tuple[_Ids, dict[str, Any]]] = []
-        # each record's head, no history, read with its listing (one request a session on S3)
-        for summary, found in store.iter_json(
-            owner=user, agent_id=agent_id(app), page_size=_LIST_PAGE, last=0
-        ):
-            found_ids = parsed(summary.key)
-            if found_ids is None or found_ids[0] != app or user not in (None, found_ids[1]):
-                continue
-            meta = found["data"].get(SESSION)
-            if isinstance(meta, dict):
-                metas.append((_Ids(*found_ids), meta))
-        users = sorted({ids.user for ids, _ in metas})
-        records = store.get_records([app_key(app), *(user_key(app, u) for u in users)])
-        app_state = state_of(records[0], store)
-        user_states = {u: state_of(r, store) for u, r in zip(users, records[1:], strict=True)}
-        sessions = []
-        for ids, meta in metas:
-            session = Session(
-                id=ids.sid,
-                app_name=ids.app,
-                user_id=ids.user,
-                state=merged(meta.get("state") or {}, app_state, user_states[ids.user]),
-                last_update_time=float(meta.get("lastUpdateTime") or 0.0),
-            )
-            session._storage_update_marker = meta.get("write")
-            sessions.append(session)
-        sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
-        return ListSessionsResponse(sessions=sessions)
-
-    def _delete(self, store: Store, ids: _Ids) -> None:
-        key = ids.key
-        try:
-            for _ in range(_TRIES):
-                head = store.head(key)
-                if head is None:
-                    return
-                try:
-                    store.delete(key, if_revision=head.revision)
-                    return
-                except ConflictError:
-                    continue  # written meanwhile: delete what is there now
-            raise ConflictError(
-                f"session {ids.sid!r}: delete lost {_TRIES} races in a row to other writers; "
-                "it was not deleted. Try again.",
-                key=key,
-            )
-        finally:
-            self._forget(key)
-
-    def _append(
-        self,
-        store: Store,
-        ids: _Ids,
-        marker: str | None,
-        last: str | None,
-        event: dict[str, Any],
-        delta: dict[str, Any],
-        timestamp: float,
-    ) -> str:
-        key = ids.key
-        known = self._recall(key)
-        if known is None or marker is None or known.write != marker:
-            known = self._read(store, ids)
-            if marker is None:
-                # a session no service of this kind handed out: as ADK's database service
-                # takes one, if its newest event is the stored newest event
-                newest = known.history[-1].extra.get(EVENT) if known.history else None
-                stored = newest.get("id") if isinstance(newest, dict) else None
-                if stored != last:
-                    raise _stale(ids.sid)
-            elif known.write != marker:
-                raise _stale(ids.sid)
-        if known.scoped is not None:
-            # the previous event's app and user deltas, not known to be applied: they would
-            # leave the record with this write, so they are applied first (again is harmless)
-            self._scoped(store, ids, known.scoped)
-        message = to_message(event)
-        history = (*known.history, message)  # the same objects: the store appends
-        scopes = Scopes.of(delta)
-        state = {**known.state, **scopes.session}
-        asked = message.content if message.role == "user" and message.content else known.asked
-        write = uuid.uuid4().hex
-        scoped = _scoped_of(scopes, timestamp, write)
-        record = self._record(ids, history, state, timestamp, write, asked, scoped)
-        try:
-            summary = store.put(record, key=key, if_revision=known.revision)
-        except ConflictError as exc:
-            self._forget(key)
-            if type(exc) is ConflictError:
-                if store.head(key) is None:
-                    raise SessionNotFoundError(f"Session {ids.sid} not found.") from exc
-                raise _stale(ids.sid) from exc
-            raise
-        except BackendUnavailableError:
-            self._forget(key)
-            if self._landed(store, ids, write):  # its reply was lost, not the write
-                return write
-            raise
-        except BaseException:
-            self._forget(key)  # the outcome may be unknown: read the record again
-            raise
-        self._remember(key, _Known(summary.revision, write, history, state, asked, scoped))
-        return write
-
-    def _landed(self, store: Store, ids: _Ids, write: str) -> bool:
-        """Whether the record names the write ``write`` (read again, and remembered)."""
-        try:
-            return self._read(store, ids).write == write
-        except CheckpointError:
-            return False  # unreadable now too: the outcome stays unknown
-
-    def _apply_scoped(self, store: Store, ids: _Ids, write: str, scoped: dict[str, Any]) -> None:
-        """Apply the app and user deltas ``scoped`` that the session's write ``write``
-        recorded (again, if a later write of this service applied them first: harmless)."""
-        self._scoped(store, ids, scoped)
-        self._applied(ids.key, write)
-
-    def _applied(self, key: str, write: str) -> None:
-        """Remember that the write ``write`` of ``key`` has its app and user deltas applied."""
-        known = self._recall(key)
-        if known is not None and known.write == write:
-            self._remember(key, replace(known, scoped=None))
-
-    def _scoped(
-        self, store: Store, ids: _Ids, scoped: dict[str, Any] | None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The app's and the user's state, with the deltas ``scoped`` recorded merged in
-        where a newer delta has not set the key since (read alone when all are)."""
-        app_at, user_at = app_key(ids.app), user_key(ids.app, ids.user)
-        records = store.get_records([app_at, user_at])
-        stamp = scoped.get("at") if scoped is not None else None
-        states: list[dict[str, Any]] = []
-        for key, record, owner, scope in (
-            (app_at, records[0], None, "app"),
-            (user_at, records[1], ids.user, "user"),
-        ):
-            state, stamps = stamped_state(record, store)
-            delta = scoped.get(scope) if scoped is not None else None
-            if (
-                isinstance(delta, dict)
-                and isinstance(stamp, list)
-                and any(newer(stamp, stamps.get(k)) for k in delta)
-            ):
-                state = self._merge(store, key, owner, ids.app, delta, stamp)
-            states.append(state)
-        return states[0], states[1]
-
-    def _merge(
-        self,
-        store: Store,
-        key: str,
-        owner: str | None,
-        app: str,
-        delta: dict[str, Any],
-        stamp: list[Any],
-    ) -> dict[str, Any]:
-        for _ in range(_TRIES):
-            record = store.get_record(key)
-            state, stamps = stamped_state(record, store)
-            fresh = [k for k in delta if newer(stamp, stamps.get(k))]
-            if not fresh:
-                return state
-            for k in fresh:
-                state[k], stamps[k] = delta[k], stamp
-            checkpoint = RunCheckpoint(
-                run_id=key,
-                history=(),
-                last_completed_iteration=0,
-                original_input=OriginalInput(""),
-                identity=Identity(key, principal=owner),
-                agent=AgentRef(f"adk-state:{app}"),
-                extra={STATE: state, STAMPS: stamps},
-            )
-            try:
-                if record is None:
-                    store.put(checkpoint, key=key, create_only=True)
-                else:
-                    store.put(checkpoint, key=key, if_revision=record.summary.revision)
-                return state
-            except ConflictError as exc:
-                if type(exc) is not ConflictError:
-                    raise
-        raise ConflictError(
-            f"state {key!r}: lost {_TRIES} compare-and-swap races in a row to other writers; "
-            "the event is stored, its state delta for this scope is not. Try again.",
-            key=key,
-        )
-
-    def _read(self, store: Store, ids: _Ids) -> _Known:
-        key = ids.key
-        record = store.get_record(key)
-        if record is None:
-            raise SessionNotFoundError(f"Session {ids.sid} not found.")
-        conversation = store.decode(record).conversation
-        meta = conversation.extra.get(SESSION)
-        if not isinstance(meta, dict):
-            raise unreadable(f"record {key!r} holds no ADK session ({SESSION})")
-        state = meta.get("state")
-        known = _Known(
-            record.summary.revision,
-            str(meta.get("write")),
-            conversation.history,
-            dict(state) if isinstance(state, dict) else {},
-            conversation.original_input.message,
-            scoped_of(meta),
-        )
-        self._remember(key, known)
-        return known
-
-    def _record(
-        self,
-        ids: _Ids,
-        history: Sequence[Message],
-        state: dict[str, Any],
-        updated: float,
-        write: str,
-        asked: str,
-        scoped: dict[str, Any] | None,
-    ) -> RunCheckpoint:
-        meta: dict[str, Any] = {
-            "appName": ids.app,
-            "userId": ids.user,
-            "id": ids.sid,
-            "state": state,
-            "lastUpdateTime": updated,
-            "write": write,
-        }
-        if scoped is not None:
-            meta[SCOPED] = scoped
-        return RunCheckpoint(
-            run_id=ids.sid,
-            history=tuple(history),
-            last_completed_iteration=0,
-            original_input=OriginalInput(asked),
-            identity=Identity(ids.sid, principal=ids.user),
-            agent=AgentRef(agent_id(ids.app)),
-            extra={SESSION: meta},
-        )
-
-    # -- what the service knows of the sessions it wrote --------------------------------------
-
-    def _recall(self, key: str) -> _Known | None:
-        with self._guard:
-            known = self._known.get(key)
-            if known is not None:
-                self._known.move_to_end(key)
-            return known
-
-    def _remember(self, key: str, known: _Known) -> None:
-        with self._guard:
-            self._known[key] = known
-            self._known.move_to_end(key)
-            while len(self._known) > _KNOWN:
-                self._known.popitem(last=False)
-
-    def _forget(self, key: str) -> None:
-        with self._guard:
-            self._known.pop(key, None)
 
 
 # -- ADK's session service URIs ---------------------------------------------------------------
