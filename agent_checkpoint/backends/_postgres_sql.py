@@ -56,9 +56,27 @@ def statements(names: dict[str, sql.Composable]) -> Statements:
         "ELSE ARRAY(SELECT s.data FROM {} s WHERE s.key = t.key ORDER BY s.seq) END "
         "FROM {} t WHERE t.key "
     ).format(cols, segs, t)
+    insert, update = _writes(t, names["revisions_name"])
+    delete_any = sql.SQL("DELETE FROM {} WHERE key = %s").format(t)
+    return Statements(
+        table=t,
+        cols=cols,
+        head=head,
+        lock_row=lock_row,
+        load=render(load + sql.SQL("= %s")),
+        load_many=render(load + sql.SQL("= ANY(%s)")),
+        insert=insert,
+        update=update,
+        delete=render(delete_any),
+        delete_at=render(delete_any + sql.SQL(" AND revision = %s")),
+        revision=render(sql.SQL("SELECT revision FROM {} WHERE key = %s").format(t)),
+    )
+
+
+def _writes(t: sql.Composable, revisions: sql.Composable) -> tuple[bytes, bytes]:
+    """The insert of a new key and the conditional update of a stored one."""
     # Every write moves the revision sequence on, so it stays at or above every revision
     # issued: a new key takes its next value, a stored one goes up by one.
-    revisions = names["revisions_name"]
     written = (*COLUMNS, "body")
     insert = render(
         sql.SQL(
@@ -92,20 +110,7 @@ def statements(names: dict[str, sql.Composable]) -> Statements:
             values=sql.SQL(", ").join(map(sql.Placeholder, replaced)),
         )
     )
-    delete_any = sql.SQL("DELETE FROM {} WHERE key = %s").format(t)
-    return Statements(
-        table=t,
-        cols=cols,
-        head=head,
-        lock_row=lock_row,
-        load=render(load + sql.SQL("= %s")),
-        load_many=render(load + sql.SQL("= ANY(%s)")),
-        insert=insert,
-        update=update,
-        delete=render(delete_any),
-        delete_at=render(delete_any + sql.SQL(" AND revision = %s")),
-        revision=render(sql.SQL("SELECT revision FROM {} WHERE key = %s").format(t)),
-    )
+    return insert, update
 
 
 def scan_statement(query: Query, statements: Statements) -> tuple[sql.Composed, list[Any]]:
