@@ -95,7 +95,7 @@ _EXAMPLES = {
         "export ckpt.jsonl --to claude-code -o session.jsonl",
         "export conv-7 --store ./runs --to anthropic > body.json",
     ],
-    "diff": ["diff a.json b.json"],
+    "diff": ["diff a.jsonl b.jsonl", "diff --store ./runs conv-7 conv-8"],
     "merge": ["merge a.json b.json -o merged.json"],
 }
 """One or two typical command lines per command, shown under its ``--help``."""

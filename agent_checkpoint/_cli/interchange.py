@@ -28,7 +28,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, BinaryIO
 
-from .. import Identity, InvalidArgumentError
+import orjson
+
+from .. import (
+    EnvelopeError,
+    Identity,
+    InvalidArgumentError,
+    InvalidCheckpointError,
+    RunCheckpoint,
+    UnrecognizedFormatError,
+    validate_checkpoint,
+)
 from ..backends import mask_url
 from ..transcripts import (
     EXPORT_FORMATS,
@@ -50,8 +60,10 @@ from ..transcripts import (
     write_export,
     write_turns,
 )
-from ._common import EXIT, CommandError, answered, print_json, progress, store_from
+from ._common import EXIT, CommandError, answered, print_json, progress, read_input, store_from
 from ._records import RECORD_ERRORS, read_refusal
+from .store_commands import _missing as missing_run
+from .store_commands import _unreadable as unreadable_run
 from .store_commands import add_json_option
 
 __all__ = ["INIT_ENV", "register"]
@@ -202,10 +214,18 @@ def register(sub: Any) -> None:
     diff = sub.add_parser(
         "diff",
         help="compare two checkpoints turn by turn (exit 0 same, 1 different, 2 error)",
-        description="Align the turns of A and B and list what was inserted, removed or changed.",
+        description="Align the turns of A and B and list what was inserted, removed or changed. "
+        "A and B are files (a transcript, turn JSONL, or a run checkpoint or envelope as get "
+        "prints it), or with --store two keys of that store.",
     )
-    diff.add_argument("a", metavar="A")
-    diff.add_argument("b", metavar="B")
+    diff.add_argument("a", metavar="A", help="a file, or with --store a key")
+    diff.add_argument("b", metavar="B", help="a file, or with --store a key")
+    diff.add_argument(
+        "--store",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="read A and B as keys of this store (two stored runs)",
+    )
     diff.add_argument("-f", "--format", dest="output", choices=("text", "json"), default="text")
     diff.add_argument(
         "--json", dest="output", action="store_const", const="json", help="the same as -f json"
@@ -553,11 +573,77 @@ def run_export(args: argparse.Namespace) -> int:
     return EXIT["ok"]
 
 
+CONVERSATION = "conversation-v1"
+"""The envelope format that holds a run checkpoint (what ``get --envelope`` prints)."""
+
+
+def _checkpoint_file(path: str, refused: UnrecognizedFormatError) -> list[Turn]:
+    """The turns of a run checkpoint's JSON, or of an envelope of one (what ``get`` and ``get
+    --envelope`` print); ``refused`` (the transcript reader's words) for any other object."""
+    try:
+        doc = orjson.loads(read_input(path))
+    except orjson.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict) or not ("history" in doc or {"format", "data"} <= doc.keys()):
+        raise UnrecognizedFormatError(
+            f"{path}: neither a transcript this tool reads ({', '.join(FORMATS)}; --input-format "
+            "forces one) nor a run checkpoint or an envelope of one (what get prints)"
+        ) from refused
+    if "history" not in doc and doc.get("format") != CONVERSATION:
+        raise CommandError(
+            f"{path}: an envelope of {doc.get('format')!r}, not of a conversation "
+            f"({CONVERSATION!r}): nothing to compare turn by turn",
+            EXIT["invalid"],
+        )
+    try:
+        data = doc if "history" in doc else doc["data"]
+        checkpoint = RunCheckpoint.from_json(validate_checkpoint(data))
+    except (InvalidCheckpointError, EnvelopeError) as exc:
+        raise CommandError(
+            f"{path}: not a run checkpoint or an envelope of one: {exc}", EXIT["invalid"]
+        ) from exc
+    return list(checkpoint_to_turns(checkpoint))
+
+
+def _compared(path: str, fmt: str | None) -> Iterable[Turn]:
+    """One side of ``diff`` read from a file: a transcript, else a checkpoint's JSON."""
+    try:
+        return _open(path, fmt)
+    except UnrecognizedFormatError as exc:
+        if fmt is not None:
+            raise
+        return _checkpoint_file(path, exc)
+
+
+def _stored_sides(args: argparse.Namespace) -> tuple[list[Turn], list[Turn]]:
+    """The turns of the runs stored under keys A and B of ``--store``."""
+    if args.input_format:
+        raise CommandError(
+            "--input-format reads a file as that format; with --store, A and B are keys of "
+            "the store, whose checkpoints need none"
+        )
+    sides = []
+    with store_from(args) as store:
+        for key in (args.a, args.b):
+            try:
+                checkpoint = store.get(key)
+            except RECORD_ERRORS as exc:
+                raise unreadable_run(store, key, exc) from exc
+            if checkpoint is None:
+                raise missing_run(key, store)
+            sides.append(list(checkpoint_to_turns(checkpoint)))
+    return sides[0], sides[1]
+
+
 def run_diff(args: argparse.Namespace) -> int:
-    with translated():
-        a = _open(args.a, args.input_format)
-        b = _open(args.b, args.input_format)
+    if getattr(args, "store", None):
+        a, b = _stored_sides(args)
         result = diff_turns(a, b)
+    else:
+        with translated():
+            result = diff_turns(
+                _compared(args.a, args.input_format), _compared(args.b, args.input_format)
+            )
     code = EXIT["ok"] if result.identical else EXIT["differ"]
     with answered(code):  # diff A B | head: the answer stands however little is read
         if args.output == "json":
