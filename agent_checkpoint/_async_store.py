@@ -45,6 +45,7 @@ from ._migrations import Migrations
 from ._shared import acquire, key_for
 from ._store import Store, check_options, held_store, store_on, store_url
 from ._store_types import RetryPolicy, check_count
+from ._telemetry import start
 from .backends import open_backend, route
 from .backends._base import Record, Summary
 from .errors import StoreClosedError
@@ -77,10 +78,18 @@ def _awaiting(
     """An async method of a wrapper that awaits ``method`` of the object it wraps, on the
     wrapper's runner (both from its ``_ready()``)."""
 
+    operation: str | None = getattr(method, "__operation__", None)
+
     async def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
         target, runner = await self._ready()
-        result: R = await runner.run(method, target, *args, **kwargs)
-        return result
+        op = None if operation is None else start(target.backend.name, operation)
+        if op is None:
+            result: R = await runner.run(method, target, *args, **kwargs)
+            return result
+        with op.traced():  # in the awaiting task: its span is the parent
+            result = await runner.run(op.within(method), target, *args, **kwargs)
+            op.returned(result)
+            return result
 
     call.__name__ = name or method.__name__
     call.__qualname__ = method.__qualname__.replace(method.__name__, call.__name__)
@@ -259,7 +268,12 @@ class AsyncStore(_Closing):
     async def claim(self, key: str, worker: str, *, ttl: float) -> AsyncClaim:
         """An exclusive lease on run ``key`` for ``worker`` (``Store.claim``)."""
         store, runner = await self._ready()
-        claim = await runner.run(store.claim, key, worker, ttl=ttl)
+        op = start(store.backend.name, "claim")
+        if op is None:
+            claim = await runner.run(store.claim, key, worker, ttl=ttl)
+        else:
+            with op.traced():
+                claim = await runner.run(op.within(store.claim), key, worker, ttl=ttl)
         return AsyncClaim(claim, runner)
 
     claims = _awaiting(Store.claims)

@@ -42,6 +42,7 @@ import orjson
 from ._bounded import Bounded
 from ._model import now_ms
 from ._segment_format import Chunk, Layout, Split, merge, merge_start
+from ._telemetry import current
 from .backends._base import (
     Backend,
     Batched,
@@ -426,6 +427,8 @@ class Segmented(Closable):
             create_only=True,
         )
         self._contents.put(f"{key}#{piece}", content, len(content))
+        if (operation := current()) is not None:
+            operation.segments += 1
         return layout, piece
 
     # -- pieces --------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from ._store_types import (
     ttl_ms,
 )
 from ._store_writes import Attempts, Writer, summary_for
+from ._telemetry import current, instrumented
 from .backends import open_backend
 from .backends._base import Backend, Namespaced, Query, Record, Repairable, Summary, closed_error
 from .backends._legacy import OldLayouts
@@ -162,6 +163,7 @@ class Store:
             f"put takes a RunCheckpoint, an Envelope or a JSON object, not {item!r}"
         )
 
+    @instrumented("put")
     def put(
         self,
         item: Putable,
@@ -193,6 +195,7 @@ class Store:
             Record(summary_for(key, digest, len(body)), body), if_revision, create_only
         )
 
+    @instrumented("put")
     def put_record(
         self,
         record: Record,
@@ -225,6 +228,7 @@ class Store:
 
     # -- reading -------------------------------------------------------------------------
 
+    @instrumented("get")
     def get_record(self, key: str) -> Record | None:
         """The stored bytes and summary, undecoded."""
         return self._call(lambda: self._records.load(check_key(key)))
@@ -245,10 +249,12 @@ class Store:
         found: builtins.list[Record | None] = self._call(lambda: load_many(checked))
         return found
 
+    @instrumented("get")
     def get_envelope(self, key: str) -> Envelope | None:
         record = self.get_record(key)
         return None if record is None else self._codec.decode(record.body, key)
 
+    @instrumented("get")
     def get_json(self, key: str, *, last: int | None = None) -> dict[str, Json] | None:
         """The stored envelope as plain JSON (upgraded and validated). With ``last``, its
         history holds only the newest ``last`` entries, and a history kept in pieces is read
@@ -296,6 +302,7 @@ class Store:
             for key, record in zip(checked, found, strict=True)
         ]
 
+    @instrumented("get")
     def get(self, key: str) -> RunCheckpoint | None:
         """The conversation stored under ``key``, or ``None`` if it was never written."""
         envelope = self.get_envelope(key)
@@ -314,6 +321,7 @@ class Store:
 
     # -- deleting ------------------------------------------------------------------------
 
+    @instrumented("delete")
     def delete(self, key: str, *, if_revision: int | None = None) -> bool:
         """Remove a record; ``True`` if it existed."""
         check_key(key)
@@ -333,6 +341,7 @@ class Store:
 
         return self._call(drop)
 
+    @instrumented("forget")
     def forget_older_than(self, cutoff: datetime | int | float, *, limit: int = 1000) -> Forgotten:
         """Delete records saved strictly before ``cutoff``, oldest first, at most ``limit``."""
         check_count(limit, "limit", least=1)
@@ -356,6 +365,7 @@ class Store:
 
     # -- listing -------------------------------------------------------------------------
 
+    @instrumented("list")
     def list(
         self,
         *,
@@ -505,6 +515,7 @@ class Store:
 
     # -- claims --------------------------------------------------------------------------
 
+    @instrumented("claim")
     def claim(self, key: str, worker: str, *, ttl: float) -> Claim:
         """An exclusive lease on the run under ``key`` for ``ttl`` seconds, for one worker.
 
@@ -666,7 +677,10 @@ class Store:
         except BackendUnavailableError:
             if self.retry.attempts <= 1:
                 raise
+        operation = current()
         for attempt in self.retry.retrying(failed_in=time.monotonic() - began):
+            if operation is not None:
+                operation.retries += 1
             with attempt:
                 return fn()
         raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover

@@ -125,7 +125,7 @@ def test_the_floors_the_suite_runs_on_are_the_lower_bounds_pyproject_declares() 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     extras = project["optional-dependencies"]
     declared = list(project["dependencies"])
-    for extra in ("redis", "postgres", "s3", "fsspec", "encryption", "async"):
+    for extra in ("redis", "postgres", "s3", "fsspec", "encryption", "async", "otel"):
         declared += extras[extra]
     pins = _pins("floors.txt")
     bounds = {}
