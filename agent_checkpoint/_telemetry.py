@@ -5,9 +5,10 @@ Each ``put``, ``get``, ``list``, ``delete``, ``claim`` and ``forget`` of a ``Sto
 of ``ATTRIBUTES``, and feeds the metrics of ``METRICS``. Nothing a caller stored is recorded:
 no key, no content, no URL; an error is named by its class only (its message may quote a key).
 
-Nothing here imports OpenTelemetry until a store's first operation. Without it, or with the
-API but no tracer or meter provider set (the API would drop all), an operation costs a context
-variable's read and a type check; a provider set later is used from the next operation on.
+Nothing here imports OpenTelemetry: it is used once the process has imported it (an
+application sets its providers so). Until then, or with no tracer or meter provider set yet
+(the API would drop all), an operation costs a context variable's read and a check; a provider
+set later is used from the next operation on.
 
 One ``Operation`` per call is made by ``start``, in the caller's context: for an
 ``AsyncStore`` that is the awaiting task, so the span is the child of the caller's and times
@@ -19,6 +20,7 @@ that calls another (``get`` reads through ``get_record``) is still one span.
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -223,10 +225,13 @@ _telemetry: _Telemetry | None = _UNSET
 
 
 def _loaded() -> _Telemetry | None:
-    """The telemetry, or ``None`` without ``opentelemetry-api``: looked for once, at the first
-    operation (never at import: a command that stores nothing pays nothing)."""
+    """The telemetry, or ``None`` without ``opentelemetry-api``; looked for only once the
+    process has imported OpenTelemetry (no provider can be set before: a CLI command or a
+    program that does not use it pays nothing), then once."""
     global _telemetry
     if _telemetry is _UNSET:
+        if "opentelemetry.trace" not in sys.modules and "opentelemetry.metrics" not in sys.modules:
+            return None
         try:
             _telemetry = _Telemetry()
         except ImportError:
