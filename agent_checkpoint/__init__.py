@@ -13,19 +13,10 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from ._async_store import AsyncClaim, AsyncStore, open_async_store
 from ._claims import Claim, LeaseInfo
 from ._codec import Codec
 from ._container import KEYS_ENV, Keyring, Sealer, keyring_from_env
 from ._envelope import Envelope
-from ._maintenance import (
-    CopyReport,
-    MigrateReport,
-    RekeyReport,
-    copy_records,
-    migrate_records,
-    rekey_records,
-)
 from ._migrations import Migrations
 from ._model import (
     AgentRef,
@@ -90,14 +81,46 @@ from .errors import (
     WriteOutcomeUnknownError,
     WrongEnvelopeKindError,
 )
-from .resume import (
-    ResumeSeed,
-    WorkerReport,
-    continue_from,
-    failure_point,
-    resume_failed_runs,
-    resume_on_error,
-)
+
+if TYPE_CHECKING:
+    from ._async_store import AsyncClaim, AsyncStore, open_async_store
+    from ._maintenance import (
+        CopyReport,
+        MigrateReport,
+        RekeyReport,
+        copy_records,
+        migrate_records,
+        rekey_records,
+    )
+    from .resume import (
+        ResumeSeed,
+        WorkerReport,
+        continue_from,
+        failure_point,
+        resume_failed_runs,
+        resume_on_error,
+    )
+
+_LAZY = {
+    **dict.fromkeys(("AsyncClaim", "AsyncStore", "open_async_store"), "._async_store"),
+    **dict.fromkeys(
+        ("CopyReport", "MigrateReport", "RekeyReport", "copy_records", "migrate_records"),
+        "._maintenance",
+    ),
+    "rekey_records": "._maintenance",
+    **dict.fromkeys(
+        ("ResumeSeed", "WorkerReport", "continue_from", "failure_point", "resume_failed_runs"),
+        ".resume",
+    ),
+    "resume_on_error": ".resume",
+}
+"""Names imported on first use: the async store, maintenance and resume cost a command that
+does not use them most of its start-up (benchmarks/startup.py)."""
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 if TYPE_CHECKING:
     from .envelope import PausedRun as PausedRun
@@ -126,6 +149,11 @@ _MOVED = {
 if not TYPE_CHECKING:  # type checkers see the names above, and a typo stays an error
 
     def __getattr__(name: str) -> Any:
+        lazy = _LAZY.get(name)
+        if lazy is not None:  # loaded now, once
+            value = getattr(importlib.import_module(lazy, __name__), name)
+            globals()[name] = value
+            return value
         home = _MOVED.get(name)
         if home is None:
             raise AttributeError(f"module 'agent_checkpoint' has no attribute {name!r}")

@@ -10,7 +10,6 @@ secrets the command was given.
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -191,6 +190,8 @@ def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
 def _refuse_unknown(parser: argparse.ArgumentParser, name: str | None, unknown: list[str]) -> None:
     """argparse's error for options no command takes, from the command's own parser (its
     usage, not the top level's), with the nearest option it has where one is close."""
+    import difflib  # only on this error
+
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     command = sub.choices.get(name or "", parser)
     known = [o for action in command._actions for o in action.option_strings]

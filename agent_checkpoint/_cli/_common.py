@@ -16,7 +16,6 @@ from typing import Any
 
 import orjson
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .. import DEFAULT_STORE_PATH, STORE_ENV, Migrations, Store, keyring_from_env, open_store
 
@@ -181,6 +180,14 @@ def progress(
 
     Ctrl-C ends the command saying how far it got (and of how many, once known), bar or not:
     the tick count travels in the ``KeyboardInterrupt`` that ``main`` reports."""
+    from rich.progress import (  # only for the commands that show one
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     console = Console(stderr=True)
     done = 0
     known = total if isinstance(total, int) else None

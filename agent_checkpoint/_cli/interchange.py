@@ -13,20 +13,16 @@ Notes about what was left out or repaired go to stderr as ``agent-checkpoint: no
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import signal
-import subprocess
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import orjson
 
@@ -40,31 +36,75 @@ from .. import (
     validate_checkpoint,
 )
 from ..backends import mask_url
-from ..transcripts import (
-    EXPORT_FORMATS,
-    FORMATS,
-    ExportFormat,
-    Fork,
-    IntegrityPlan,
-    Side,
-    Transcript,
-    Turn,
-    checkpoint_to_turns,
-    diff_turns,
-    export_turns,
-    find_fork,
-    merged_turns,
-    open_transcript,
-    plan_integrity,
-    turns_to_checkpoint,
-    write_export,
-    write_turns,
-)
 from ._common import EXIT, CommandError, answered, print_json, progress, read_input, store_from
 from ._records import RECORD_ERRORS, read_refusal
 from .store_commands import _missing as missing_run
 from .store_commands import _unreadable as unreadable_run
 from .store_commands import add_json_option
+
+if TYPE_CHECKING:
+    from ..transcripts import (
+        FORMATS,
+        ExportFormat,
+        Fork,
+        IntegrityPlan,
+        Side,
+        Transcript,
+        Turn,
+        checkpoint_to_turns,
+        diff_turns,
+        export_turns,
+        find_fork,
+        merged_turns,
+        open_transcript,
+        plan_integrity,
+        turns_to_checkpoint,
+        write_export,
+        write_turns,
+    )
+
+
+def _load() -> None:
+    """The transcript names this module uses, loaded when one of its commands runs: a command
+    of another module never imports the transcript readers."""
+    from ..transcripts import (  # noqa: F401 (each is used by this module's functions)
+        FORMATS,
+        ExportFormat,
+        Fork,
+        IntegrityPlan,
+        Side,
+        Transcript,
+        Turn,
+        checkpoint_to_turns,
+        diff_turns,
+        export_turns,
+        find_fork,
+        merged_turns,
+        open_transcript,
+        plan_integrity,
+        turns_to_checkpoint,
+        write_export,
+        write_turns,
+    )
+
+    globals().update(locals())
+
+
+class _Choices:
+    """``transcripts.FORMATS`` (or another tuple of it) for argparse's choices, read when a
+    value is checked or help is shown, not when the parser is built."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __iter__(self) -> Iterator[str]:
+        from ..transcripts import EXPORT_FORMATS, FORMATS
+
+        return iter(FORMATS if self.name == "FORMATS" else EXPORT_FORMATS)
+
+    def __contains__(self, value: object) -> bool:
+        return value in list(self)
+
 
 __all__ = ["INIT_ENV", "register"]
 
@@ -102,20 +142,21 @@ def _add_input_format(parser: argparse.ArgumentParser, flag: str = "--format") -
     parser.add_argument(
         flag,
         dest="input_format",
-        choices=FORMATS,
+        choices=_Choices("FORMATS"),
+        metavar="FORMAT",  # argparse would list the choices when the parser is built
         default=None,
-        help="read the input as this format instead of detecting it",
+        help="read the input as this format instead of detecting it: %(choices)s",
     )
 
 
 def _add_export_format(parser: argparse.ArgumentParser, *, required: bool) -> None:
     parser.add_argument(
         "--to",
-        choices=EXPORT_FORMATS,
+        choices=_Choices("EXPORT_FORMATS"),
         required=required,
         default=None,
         metavar="FORMAT",
-        help=f"the format to write ({', '.join(EXPORT_FORMATS)})"
+        help="the format to write (%(choices)s)"
         + ("" if required else "; the command gets that file instead of the turn file"),
     )
 
@@ -298,6 +339,8 @@ def default_key(transcript: Transcript, subagent: str | None = None) -> str:
     never overwrites the main one; so does an Aider session's ``/session-<N>`` (the one read)."""
     session = transcript.session_id()
     if not session:
+        import hashlib
+
         where = hashlib.sha256(os.fsencode(transcript.path.resolve())).hexdigest()[:8]
         session = f"{transcript.path.stem}-{where}"
     if transcript.format == "aider" and transcript.session:
@@ -337,6 +380,7 @@ def _ticking(turns: Iterable[Turn], tick: Callable[[], None]) -> Iterator[Turn]:
 
 
 def run_save(args: argparse.Namespace) -> int:
+    _load()  # the transcript readers: this command's
     store_url: str = getattr(args, "store", None) or ""
     if not args.output and not store_url:
         raise CommandError(
@@ -411,6 +455,8 @@ class _Resumable:
 
 def _temp_copy(turns: Iterable[Turn], to: ExportFormat | None = None) -> _Resumable:
     """A temporary turn file of ``turns`` (or, with ``to``, the file of that format)."""
+    import tempfile
+
     exported = None if to is None else export_turns(turns, to=to)
     fd, name = tempfile.mkstemp(
         prefix="agent-checkpoint-", suffix=".jsonl" if exported is None else exported.suffix
@@ -484,6 +530,7 @@ def _prepare(args: argparse.Namespace) -> _Resumable:
 
 
 def run_resume(args: argparse.Namespace) -> int:
+    _load()  # the transcript readers: this command's
     command = list(args.command)
     if not command:
         raise CommandError("resume needs a command: resume CKPT -- COMMAND [ARG...]")
@@ -496,6 +543,9 @@ def run_resume(args: argparse.Namespace) -> int:
 
 def run_command(command: Sequence[str], env: dict[str, str]) -> int:
     """Run ``command`` to completion; its exit code, or 128+N if signal N ended it."""
+    import signal
+    import subprocess
+
     try:
         child = subprocess.Popen(list(command), env=env)
     except FileNotFoundError as exc:
@@ -533,6 +583,7 @@ def run_command(command: Sequence[str], env: dict[str, str]) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    _load()  # the transcript readers: this command's
     output: str = args.output or "-"
     _not_an_input(output, args.checkpoint)
     if getattr(args, "store", None):
@@ -636,6 +687,7 @@ def _stored_sides(args: argparse.Namespace) -> tuple[list[Turn], list[Turn]]:
 
 
 def run_diff(args: argparse.Namespace) -> int:
+    _load()  # the transcript readers: this command's
     if getattr(args, "store", None):
         a, b = _stored_sides(args)
         result = diff_turns(a, b)
@@ -663,6 +715,7 @@ class _Merged:
 
 
 def run_merge(args: argparse.Namespace) -> int:
+    _load()  # the transcript readers: this command's
     _not_an_input(args.output, args.a, args.b)
     with translated():
         a = _open(args.a, args.input_format)

@@ -5,28 +5,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .. import (
-    KEYS_ENV,
-    Claim,
-    CopyReport,
-    Migrations,
-    ResumeSeed,
-    RunCheckpoint,
-    Store,
-    copy_records,
-    migrate_records,
-    rekey_records,
-    resume_failed_runs,
-)
+from .. import KEYS_ENV, Claim, Migrations, RunCheckpoint, Store
+
+if TYPE_CHECKING:
+    from .. import CopyReport, ResumeSeed
 from ..backends import mask_url
 from ._common import (
     EXIT,
@@ -79,6 +66,8 @@ def cmd_claims(args: argparse.Namespace) -> int:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
+    from .. import CopyReport, copy_records  # only this command's
+
     if same_store(store_url(args), args.to):
         raise CommandError(
             f"copy --to {mask_url(args.to)!r} names the store it copies from; give another store"
@@ -199,6 +188,8 @@ def _failures_json(failed: list[tuple[str, str]]) -> list[dict[str, str]]:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from .. import migrate_records  # only this command's
+
     migrations = load_migrations(args.migrations)
     with store_from(args, migrations=migrations) as store:
         with progress("migrating", count_records(store)) as tick:
@@ -231,6 +222,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_rekey(args: argparse.Namespace) -> int:
+    from .. import rekey_records  # only this command's
+
     with store_from(args) as store:
         if not os.environ.get(KEYS_ENV):  # the keys store_from read: none
             raise CommandError(
@@ -299,6 +292,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _run_command(command: list[str], seed: ResumeSeed, claim: Claim) -> RunCheckpoint | None:
+    import subprocess
+    import tempfile
+
     start = seed.checkpoint()
     with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as f:
         f.write(orjson.dumps(start.to_json()))
@@ -327,6 +323,11 @@ def _run_command(command: list[str], seed: ResumeSeed, claim: Claim) -> RunCheck
 
 
 def cmd_resume_worker(args: argparse.Namespace) -> int:
+    import signal
+    import socket
+
+    from .. import resume_failed_runs  # only this command's
+
     if not args.command:
         raise CommandError("give the command to run for each resumed run after --")
     command = args.command

@@ -6,7 +6,6 @@ import argparse
 import re
 import sys
 from datetime import datetime, timezone
-from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -66,6 +65,8 @@ def parse_duration_ms(text: str) -> int:
     found = _DURATION.match(text)
     if not found:
         raise CommandError(f"invalid duration {text!r}: use a number and s, m, h, d or w (e.g. 7d)")
+    from decimal import Decimal  # exact for 1.5h; only where an age is given
+
     return int(Decimal(found.group(1)) * _UNIT_MS[found.group(2)])
 
 
