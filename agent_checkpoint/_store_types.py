@@ -10,21 +10,14 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
-
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    before_nothing,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_random_exponential,
-)
+from typing import TYPE_CHECKING, Any
 
 from ._bridge import pause
 from .backends._base import Summary
 from .errors import BackendUnavailableError, InvalidArgumentError, InvalidKeyError
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState, Retrying
 
 __all__ = [
     "MAX_KEY_LENGTH",
@@ -89,7 +82,17 @@ class RetryPolicy:
         (a transient fault ``failed_in`` seconds after it began), outside tenacity, which
         then makes the rest after the wait the first failure earns, within what is left of
         the policy's attempts and deadline: ``Store._call`` tries once before it builds this,
-        since most calls need no retry and the machinery costs more than a memory put."""
+        since most calls need no retry and the machinery costs more than a memory put (and
+        importing it, a command that meets no fault: it is imported here)."""
+        from tenacity import (
+            Retrying,
+            before_nothing,
+            retry_if_exception_type,
+            stop_after_attempt,
+            stop_after_delay,
+            wait_random_exponential,
+        )
+
         tried = failed_in is not None
         return Retrying(
             stop=stop_after_attempt(self.attempts - tried)
