@@ -47,9 +47,11 @@ _READER = InMemoryMetricReader()
 def sdk() -> None:
     """The SDK, in memory, as the process's providers (set once: OpenTelemetry keeps the first;
     the library's tracer and meter, made before or after, report to it)."""
-    provider = TracerProvider()
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):  # else another module's: ours beside it
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
     provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-    trace.set_tracer_provider(provider)
     metrics.set_meter_provider(MeterProvider(metric_readers=[_READER]))
 
 
