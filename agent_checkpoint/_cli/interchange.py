@@ -38,9 +38,7 @@ from .. import (
 from ..backends import mask_url
 from ._common import EXIT, CommandError, answered, print_json, progress, read_input, store_from
 from ._records import RECORD_ERRORS, read_refusal
-from .store_commands import _missing as missing_run
-from .store_commands import _unreadable as unreadable_run
-from .store_commands import add_json_option
+from .store_commands import add_json_option, missing_run, unreadable_run
 
 if TYPE_CHECKING:
     from ..transcripts import (

@@ -170,7 +170,7 @@ SUGGEST_AMONG = 5_000
 """Newest keys a not-found error looks through for a near miss (one page read, or a few)."""
 
 
-def _missing(key: str, store: Store) -> CommandError:
+def missing_run(key: str, store: Store) -> CommandError:
     return CommandError(
         f"no checkpoint stored under {key!r}{_nearest(store, [key])}", EXIT["not_found"]
     )
@@ -195,7 +195,7 @@ def _nearest(store: Store, keys: list[str]) -> str:
     return f"; did you mean {', '.join(map(repr, close))}?" if close else ""
 
 
-def _unreadable(store: Store, key: str, exc: BaseException) -> CommandError:
+def unreadable_run(store: Store, key: str, exc: BaseException) -> CommandError:
     """The one line for a stored record that cannot be read (``--verbose`` shows the
     library's message: it is this error's cause)."""
     return CommandError(read_refusal(key, exc, current=store.migrations.current), EXIT["invalid"])
@@ -206,9 +206,9 @@ def cmd_get(args: argparse.Namespace) -> int:
         try:
             doc = store.get_json(args.key)
         except RECORD_ERRORS as exc:
-            raise _unreadable(store, args.key, exc) from exc
+            raise unreadable_run(store, args.key, exc) from exc
         if doc is None:
-            raise _missing(args.key, store)
+            raise missing_run(args.key, store)
     print_json(doc if args.envelope else doc["data"])
     return EXIT["ok"]
 
@@ -217,11 +217,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     with store_from(args) as store:
         record = store.get_record(args.key)
         if record is None:
-            raise _missing(args.key, store)
+            raise missing_run(args.key, store)
         try:
             envelope = store.decode(record)
         except RECORD_ERRORS as exc:
-            raise _unreadable(store, args.key, exc) from exc
+            raise unreadable_run(store, args.key, exc) from exc
     if args.json:
         print_json({"summary": summary_json(record.summary), "envelope": envelope.to_json()})
         return EXIT["ok"]
