@@ -42,6 +42,7 @@ from ._store import (
     open_store,
 )
 from ._validation import validate_checkpoint
+from ._version import __version__ as __version__  # one figure, read by _telemetry too
 from .backends import Backend, Query, Record, Summary, register_backend
 from .errors import (
     BackendError,
@@ -131,7 +132,6 @@ if TYPE_CHECKING:
     from .envelope import to_envelope as to_envelope
     from .envelope import to_paused_envelope as to_paused_envelope
 
-__version__ = "0.4.0"
 
 _MOVED = {
     "PausedRun": "agent_checkpoint.envelope",

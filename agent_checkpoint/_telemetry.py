@@ -146,7 +146,7 @@ class _Telemetry:
     def __init__(self) -> None:
         from opentelemetry import metrics, trace
 
-        from . import __version__
+        from ._version import __version__
 
         self.trace, self.metrics = trace, metrics
         self._unset = trace.ProxyTracerProvider

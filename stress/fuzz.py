@@ -147,8 +147,20 @@ TRANSCRIPT_SEEDS: dict[str, list[Json]] = {
     "anthropic": _records(FIXTURES / "transcripts" / "anthropic_messages.json"),
     "openai-responses": _records(FIXTURES / "transcripts" / "openai_responses.json"),
     "turns": _turn_records(),
+    "gemini-cli": [
+        r
+        for p in sorted((FIXTURES / "transcripts").glob("gemini_session.json*"))
+        for r in _records(p)
+    ],
+    # Aider's history is markdown: its seeds are lines of text, put together line by line
+    "aider": (FIXTURES / "transcripts" / "aider_sessions.md").read_text().split("\n"),
 }
-WRAPPER = {"openai-chat": "messages", "anthropic": "messages", "openai-responses": "input"}
+WRAPPER = {
+    "openai-chat": "messages",
+    "anthropic": "messages",
+    "openai-responses": "input",
+    "gemini-cli": "messages",
+}
 
 
 # -- strategies -----------------------------------------------------------------------------
@@ -587,6 +599,8 @@ def fuzz_container(h: Harness, count: int) -> None:
 
 
 def _transcript_bytes(fmt: str, rng: random.Random, pool: list[Json], extra: bytes) -> bytes:
+    if fmt == "aider":
+        return _markdown_bytes(rng, extra)
     seeds = TRANSCRIPT_SEEDS[fmt] or [{}]
     records: list[Json] = []
     for _ in range(rng.randint(0, 12)):
@@ -638,6 +652,17 @@ def _transcript_bytes(fmt: str, rng: random.Random, pool: list[Json], extra: byt
     return data
 
 
+def _markdown_bytes(rng: random.Random, extra: bytes) -> bytes:
+    """An Aider history of the seed lines in random order and number, some torn or replaced."""
+    lines = [str(line) for line in TRANSCRIPT_SEEDS["aider"]]
+    data = "\n".join(rng.choice(lines) for _ in range(rng.randint(0, 40))).encode()
+    if rng.random() < 0.3:
+        data = mutate_bytes(data, rng, extra, rng.randint(1, 3))
+    if rng.random() < 0.05:
+        data = extra * 50
+    return data
+
+
 def _read_all(path: Path, forced: Any) -> None:
     transcript = open_transcript(path, format=forced)
     turns = list(transcript)
@@ -660,7 +685,8 @@ def fuzz_transcripts(h: Harness, count: int, folder: Path) -> None:
 
 
 def _fuzz_format(h: Harness, fmt: str, count: int, folder: Path) -> None:
-    path = folder / f"fuzz-{fmt}.{'jsonl' if fmt not in WRAPPER else 'json'}"
+    suffix = "md" if fmt == "aider" else "json" if fmt in WRAPPER else "jsonl"
+    path = folder / f"fuzz-{fmt}.{suffix}"
 
     @_settings(count)
     @given(
