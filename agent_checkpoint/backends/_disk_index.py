@@ -16,7 +16,15 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 
 from ._base import Query, Summary
 
-__all__ = ["SummaryIndex"]
+__all__ = [
+    "COLUMNS",
+    "SummaryIndex",
+    "busy",
+    "listing_conditions",
+    "listing_order",
+    "patiently",
+    "transaction",
+]
 
 WAL_PAGES = 128
 """Pages the index's WAL holds before SQLite copies them into the database (each checkpoint
@@ -48,7 +56,7 @@ CREATE INDEX IF NOT EXISTS by_failed ON summaries (saved_at DESC, key)
     WHERE failure_phase IS NOT NULL;
 CREATE TABLE IF NOT EXISTS pending (key TEXT PRIMARY KEY);
 """
-_COLUMNS = (
+COLUMNS = (
     "key, run_id, saved_at, owner, agent_id, failure_phase, failure_iteration, "
     "message_count, size, revision"
 )
@@ -66,7 +74,7 @@ def busy(exc: BaseException) -> bool:
 # Switching a new database to WAL skips the busy handler (SQLite returns SQLITE_BUSY at once),
 # so processes opening a fresh store together retry it; 6 racing processes hit it in 11 of 60
 # rounds, as a raw sqlite3 error.
-_patiently = Retrying(
+patiently = Retrying(
     retry=retry_if_exception(busy),
     wait=wait_random_exponential(multiplier=0.01, max=0.2),
     stop=stop_after_delay(BUSY_TIMEOUT),
@@ -74,8 +82,46 @@ _patiently = Retrying(
 )
 
 
+def listing_conditions(query: Query) -> tuple[list[str], list[Any]]:
+    """The SQL conditions (and their arguments) that select ``query``'s summaries from a table
+    of ``COLUMNS``, its keyset cursor included; the SQLite store's table reads them too."""
+    where: list[str] = []
+    args: list[Any] = []
+    for column, value in (
+        ("owner", query.owner),
+        ("agent_id", query.agent_id),
+        ("failure_phase", query.phase),
+    ):
+        if value is not None:
+            where.append(f"{column} = ?")
+            args.append(value)
+    if query.failed is not None:
+        where.append("failure_phase IS NOT NULL" if query.failed else "failure_phase IS NULL")
+    if query.prefix:
+        # substr, not LIKE or GLOB: no character of the prefix is a wildcard
+        where.append("substr(key, 1, ?) = ?")
+        args.extend((len(query.prefix), query.prefix))
+    if query.saved_before is not None:
+        where.append("saved_at < ?")
+        args.append(query.saved_before)
+    if query.saved_since is not None:
+        where.append("saved_at >= ?")
+        args.append(query.saved_since)
+    if query.after is not None:
+        saved, key = query.after
+        op = ">" if query.oldest_first else "<"
+        where.append(f"(saved_at {op} ? OR (saved_at = ? AND key > ?))")
+        args.extend((saved, saved, key))
+    return where, args
+
+
+def listing_order(query: Query) -> str:
+    """The listing's ORDER BY: newest (or oldest) first, ties by key."""
+    return "saved_at ASC, key ASC" if query.oldest_first else "saved_at DESC, key ASC"
+
+
 @contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+def transaction(db: sqlite3.Connection) -> Iterator[None]:
     """The block's statements as one transaction, taking the write lock at its start; rolled
     back whole if the block raises (a power loss or a kill leaves none of it either)."""
     db.execute("BEGIN IMMEDIATE")
@@ -111,7 +157,7 @@ class SummaryIndex:
                 check_same_thread=False,
             )
             conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # only a new database takes it
-            _patiently(conn.execute, "PRAGMA journal_mode=WAL")
+            patiently(conn.execute, "PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={'NORMAL' if self.durable else 'OFF'}")
             # Left at SQLite's defaults the WAL grows to 4 MiB and stays that size, three
             # times the records of a 1,000-message conversation, while the store is open.
@@ -140,7 +186,7 @@ class SummaryIndex:
         if self.durable:
             db.execute("PRAGMA synchronous=FULL")
         try:
-            with _transaction(db):
+            with transaction(db):
                 db.execute("INSERT OR IGNORE INTO pending (key) VALUES (?)", (key,))
                 self._settled(db, settled)
         finally:
@@ -150,7 +196,7 @@ class SummaryIndex:
     def settle(self, settled: Iterable[tuple[str, Summary | None]]) -> None:
         """Store the summaries of ``settled`` and clear their marks, in one transaction."""
         db = self.db()
-        with _transaction(db):
+        with transaction(db):
             self._settled(db, settled)
 
     def pending(self) -> list[str]:
@@ -164,7 +210,7 @@ class SummaryIndex:
         if keep_mark:
             self._store(db, key, summary)  # one statement: its own transaction
             return
-        with _transaction(db):
+        with transaction(db):
             self._store(db, key, summary)
             db.execute("DELETE FROM pending WHERE key = ?", (key,))
 
@@ -181,43 +227,16 @@ class SummaryIndex:
             db.execute("DELETE FROM summaries WHERE key = ?", (key,))
         else:
             db.execute(
-                f"INSERT OR REPLACE INTO summaries ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT OR REPLACE INTO summaries ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 summary.row(),
             )
 
     def scan(self, query: Query) -> list[Summary]:
-        where: list[str] = []
-        args: list[Any] = []
-        for column, value in (
-            ("owner", query.owner),
-            ("agent_id", query.agent_id),
-            ("failure_phase", query.phase),
-        ):
-            if value is not None:
-                where.append(f"{column} = ?")
-                args.append(value)
-        if query.failed is not None:
-            where.append("failure_phase IS NOT NULL" if query.failed else "failure_phase IS NULL")
-        if query.prefix:
-            # substr, not LIKE or GLOB: no character of the prefix is a wildcard
-            where.append("substr(key, 1, ?) = ?")
-            args.extend((len(query.prefix), query.prefix))
-        if query.saved_before is not None:
-            where.append("saved_at < ?")
-            args.append(query.saved_before)
-        if query.saved_since is not None:
-            where.append("saved_at >= ?")
-            args.append(query.saved_since)
-        if query.after is not None:
-            saved, key = query.after
-            op = ">" if query.oldest_first else "<"
-            where.append(f"(saved_at {op} ? OR (saved_at = ? AND key > ?))")
-            args.extend((saved, saved, key))
-        order = "saved_at ASC, key ASC" if query.oldest_first else "saved_at DESC, key ASC"
-        sql = f"SELECT {_COLUMNS} FROM summaries"
+        where, args = listing_conditions(query)
+        sql = f"SELECT {COLUMNS} FROM summaries"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY {order} LIMIT ?"
+        sql += f" ORDER BY {listing_order(query)} LIMIT ?"
         args.append(query.limit)
         return [Summary(*row) for row in self.db().execute(sql, args)]
 
@@ -225,11 +244,11 @@ class SummaryIndex:
         """Make ``summaries`` the whole index, with nothing pending."""
         rows = [summary.row() for summary in summaries]
         db = self.db()
-        with _transaction(db):
+        with transaction(db):
             db.execute("DELETE FROM summaries")
             db.execute("DELETE FROM pending")
             db.executemany(
-                f"INSERT OR REPLACE INTO summaries ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", rows
+                f"INSERT OR REPLACE INTO summaries ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", rows
             )
 
     def close(self) -> None:
