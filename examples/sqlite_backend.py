@@ -210,5 +210,6 @@ class SqliteBackend:
 
 
 def register(scheme: str = "sqlite") -> None:
-    """Make ``open_store(f"{scheme}://PATH")`` open a ``SqliteBackend``."""
-    register_backend(scheme, f"{__name__}:SqliteBackend")
+    """Make ``open_store(f"{scheme}://PATH")`` open a ``SqliteBackend`` (``sqlite`` is also the
+    built-in backend's scheme, which this replaces, hence ``replace=True``)."""
+    register_backend(scheme, f"{__name__}:SqliteBackend", replace=True)

@@ -219,6 +219,7 @@ BACKEND_CLASSES = [
     "PostgresBackend",
     "RedisBackend",
     "S3Backend",
+    "SqliteBackend",
     "TimedConnection",
     "VolatileRedisWarning",
 ]

@@ -213,7 +213,12 @@ def test_every_built_in_backend_reads_its_options_from_the_table() -> None:
 def test_keywords_no_one_takes_are_refused_all_by_name_on_every_scheme(
     backend: str, tmp_path: Any
 ) -> None:
-    url = {**URLS, "disk": str(tmp_path / "store"), "memory": "memory://"}[backend]
+    url = {
+        **URLS,
+        "disk": str(tmp_path / "store"),
+        "memory": "memory://",
+        "sqlite": f"sqlite://{tmp_path / 'store.db'}",
+    }[backend]
     with pytest.raises(InvalidArgumentError) as refused:
         open_store(url, prefx="mine", tabel="runs")
     assert "store: unknown options 'prefx', 'tabel' (" in str(refused.value)

@@ -9,8 +9,9 @@ is refused naming the known schemes, so a typo never becomes a new folder.
 
 The built-in backend classes are importable from here for a store built around a client of your
 own (``Store(RedisBackend(client))``): ``DiskBackend``, ``MemoryBackend``, ``RedisBackend``,
-``PostgresBackend``, ``S3Backend``, ``FsspecBackend``, with ``TimedConnection`` (a psycopg
-connection that bounds each wait for the server) and ``VolatileRedisWarning``. They load on
+``PostgresBackend``, ``S3Backend``, ``FsspecBackend``, ``SqliteBackend``, with
+``TimedConnection`` (a psycopg connection that bounds each wait for the server) and
+``VolatileRedisWarning``. They load on
 first access, with their driver, so ``import agent_checkpoint.backends`` needs none; the modules
 that define them are internal (``_redis``, ``_postgres``, ...).
 """
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from ._redis import RedisBackend as RedisBackend
     from ._redis_durability import VolatileRedisWarning as VolatileRedisWarning
     from ._s3 import S3Backend as S3Backend
+    from ._sqlite import SqliteBackend as SqliteBackend
 
 __all__ = [
     "Backend",
@@ -85,6 +87,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "TimedConnection": ("agent_checkpoint.backends._postgres_connections", "postgres"),
     "S3Backend": ("agent_checkpoint.backends._s3", "s3"),
     "FsspecBackend": ("agent_checkpoint.backends._fsspec", "fsspec"),
+    "SqliteBackend": ("agent_checkpoint.backends._sqlite", None),
 }
 """Public names served by ``__getattr__``, each with its module and pip extra. They stay out of
 ``__all__`` so that ``from agent_checkpoint.backends import *`` imports no driver."""
@@ -106,6 +109,7 @@ _REGISTRY: dict[str, BackendEntry] = {
     "postgresql": BackendEntry("agent_checkpoint.backends._postgres:PostgresBackend", "postgres"),
     "postgres": BackendEntry("agent_checkpoint.backends._postgres:PostgresBackend", "postgres"),
     "s3": BackendEntry("agent_checkpoint.backends._s3:S3Backend", "s3"),
+    "sqlite": BackendEntry("agent_checkpoint.backends._sqlite:SqliteBackend"),
 }
 _FSSPEC = BackendEntry("agent_checkpoint.backends._fsspec:FsspecBackend", "fsspec")
 
@@ -254,7 +258,7 @@ def _load(scheme: str, entry: BackendEntry, needing: str = "") -> type[Any]:
 
 def open_backend(url: str, *, create: bool = True, **options: Any) -> Backend:
     """A backend for ``url``: ``memory://``, a path or ``file://``, ``redis://``, ``rediss://``,
-    ``postgresql://``, ``s3://bucket/prefix``, or an fsspec URL (see ``route``).
+    ``postgresql://``, ``s3://bucket/prefix``, ``sqlite://PATH``, or an fsspec URL (see ``route``).
 
     ``create=False`` opens only a store that exists: a backend that would make its storage on
     opening (``makes_store_on_open``: the disk folder) raises ``StoreNotFoundError`` instead.

@@ -338,5 +338,6 @@ SCHEMES: dict[str, Scheme] = {
         "disk", (Option("fsync", flag, True), Option("create", flag, True)), in_url=False
     ),
     "memory": Scheme("memory", in_url=False),
+    "sqlite": Scheme("sqlite", (Option("timeout", number, 5.0), Option("create", flag, True))),
 }
 """Each built-in backend's options, by its name."""
