@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, runtime_checkable
 
 import orjson
@@ -382,29 +383,37 @@ class Segmented(Closable):
         layout record on ``expect_revision``; drop the pieces it replaced."""
         key = record.key
         written: str | None = None
-        if len(layout.inline) > limit:
-            layout, written = self._spill(key, layout)
-        body = layout.pack()
-        try:
-            self._keep_pieces(key, layout, written)
-            summary = self.inner.save(
-                Record(record.summary, body),
-                expect_revision=expect_revision,
-                create_only=create_only,
-            )
-        except ConflictError:
-            self._forget(key)
-            if written is not None:  # refused: nothing refers to the new piece
-                self._drop_pieces(key, ((written, 0),))
-            raise
-        except BaseException:
-            self._forget(key)  # the save may have landed: its piece must stay, but its name
-            if written is not None:  # may be written again if it did not: not remembered
-                self._contents.pop(f"{key}#{written}")
-            raise
-        self._remember(key, summary.revision, layout)
-        self._drop_replaced(key, old, layout)
+        with self._together():
+            if len(layout.inline) > limit:
+                layout, written = self._spill(key, layout)
+            body = layout.pack()
+            try:
+                self._keep_pieces(key, layout, written)
+                summary = self.inner.save(
+                    Record(record.summary, body),
+                    expect_revision=expect_revision,
+                    create_only=create_only,
+                )
+            except ConflictError:
+                self._forget(key)
+                if written is not None:  # refused: nothing refers to the new piece
+                    self._drop_pieces(key, ((written, 0),))
+                raise
+            except BaseException:
+                self._forget(key)  # the save may have landed: its piece must stay, but its
+                if written is not None:  # name may be written again if it did not
+                    self._contents.pop(f"{key}#{written}")
+                raise
+            self._remember(key, summary.revision, layout)
+            self._drop_replaced(key, old, layout)
         return summary
+
+    def _together(self) -> AbstractContextManager[object]:
+        """One transaction for a commit's new piece, layout record and replaced pieces, where
+        the backend can make its writes one (``grouped()``: the SQLite store, whose put is
+        then one sync); elsewhere each write is its own, as the module docstring says."""
+        grouped = getattr(self.inner, "grouped", None)
+        return grouped() if callable(grouped) else nullcontext()
 
     def _spill(self, key: str, layout: Layout) -> tuple[Layout, str]:
         """``layout`` with its inline content moved into a new piece. When the record would

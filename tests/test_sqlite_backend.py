@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_checkpoint import Store, open_store
+from agent_checkpoint import Message, RunCheckpoint, Store, open_store
 from agent_checkpoint.backends._sqlite import SqliteBackend
 from agent_checkpoint.backends._sqlite_schema import LEDGER, MIGRATIONS
 from agent_checkpoint.errors import (
@@ -212,3 +212,29 @@ def test_another_program_s_database_is_refused_and_left_as_it_is(tmp_path: Path)
     with closing(sqlite3.connect(path)) as db:
         tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
     assert tables == [("revisions",)]
+
+
+def test_a_put_that_moves_history_into_a_piece_is_one_transaction(tmp_path: Path) -> None:
+    """Checkpointing after every message of a long history: every put is one commit (one
+    sync), the ones that write a piece and drop the pieces it replaces included."""
+    path = tmp_path / "c.db"
+    history: tuple[Message, ...] = ()
+    commits: list[str] = []
+    with open_store(f"sqlite://{path}") as store:
+        backend = store.backend
+        assert isinstance(backend, SqliteBackend)
+        backend._shared.db.set_trace_callback(commits.append)
+        for i in range(300):
+            history = (*history, Message("user", f"message {i} " + "x" * 200))
+            commits.clear()
+            store.put(RunCheckpoint.new("m", history, run_id="r"), key="k")
+            assert [s for s in commits if s.startswith(("BEGIN", "COMMIT"))] == [
+                "BEGIN IMMEDIATE",
+                "COMMIT",
+            ], i
+        backend._shared.db.set_trace_callback(None)
+        got = store.get("k")
+        assert got is not None and got.history == history
+    with closing(sqlite3.connect(path)) as db:
+        (pieces,) = db.execute("SELECT count(*) FROM records WHERE ns = 'segments'").fetchone()
+    assert pieces >= 1

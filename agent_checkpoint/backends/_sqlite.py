@@ -8,7 +8,8 @@ the current revision and the write that depends on it are one atomic step, also 
 processes writing the same file.
 
 Growing histories are stored in pieces by the Store's segment layer (``_segments.py``): the
-pieces are rows of the ``segments`` namespace, the head's row is the commit point. Claims use
+pieces are rows of the ``segments`` namespace, the head's row is the commit point, and a put's
+new piece, head row and dropped pieces are one transaction (``grouped``): one sync per put. Claims use
 the ``claims`` namespace. Namespaces share the file's tables (``_sqlite_schema.py``), told apart
 by a column, so one file holds a whole store.
 """
@@ -54,8 +55,10 @@ class _Connection:
             except BaseException:
                 self.db.close()
                 raise
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # re-entered by the writes of a group
         self.closed = False
+        self.grouping = False
+        """In a ``grouped()`` transaction: writes join it instead of opening their own."""
 
 
 class SqliteBackend:
@@ -201,6 +204,28 @@ class SqliteBackend:
     @contextmanager
     def _transaction(self, operation: str) -> Iterator[sqlite3.Connection]:
         """A write transaction: IMMEDIATE takes the write lock at once, so that the read and
-        the write inside it are one atomic step, also against other processes."""
-        with self._session(operation) as db, transaction(db):
-            yield db
+        the write inside it are one atomic step, also against other processes. Inside
+        ``grouped()``, the group's transaction."""
+        with self._session(operation) as db:
+            if self._shared.grouping:
+                yield db
+                return
+            with transaction(db):
+                yield db
+
+    @contextmanager
+    def grouped(self) -> Iterator[None]:
+        """The writes inside (of this backend and its namespaces, from this thread) are one
+        transaction: all of them land, with one sync, or none. The segment layer puts a new
+        piece, the head's row that refers to it and the drops of the pieces it replaced so."""
+        shared = self._shared
+        with self._session("save") as db:
+            if shared.grouping:  # nested: the outer group's
+                yield
+                return
+            with transaction(db):
+                shared.grouping = True
+                try:
+                    yield
+                finally:
+                    shared.grouping = False
