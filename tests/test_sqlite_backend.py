@@ -238,3 +238,26 @@ def test_a_put_that_moves_history_into_a_piece_is_one_transaction(tmp_path: Path
     with closing(sqlite3.connect(path)) as db:
         (pieces,) = db.execute("SELECT count(*) FROM records WHERE ns = 'segments'").fetchone()
     assert pieces >= 1
+
+
+def _open_and_put(path: str, name: str) -> None:
+    with open_store(f"sqlite://{path}") as store:
+        store.put(checkpoint(name), key=name)
+
+
+def test_processes_opening_a_new_file_together_all_land_their_puts(tmp_path: Path) -> None:
+    """The first open makes the file, switches it to WAL and applies the schema: racing
+    openers wait for each other instead of failing."""
+    path = str(tmp_path / "fresh.db")
+    context = multiprocessing.get_context("spawn")
+    names = [f"p{n}" for n in range(4)]
+    workers = [context.Process(target=_open_and_put, args=(path, name)) for name in names]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+        assert worker.exitcode == 0
+    with open_store(f"sqlite://{path}") as store:
+        assert sorted(s.key for s in store.list()) == names
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute(f"SELECT count(*) FROM {LEDGER}").fetchone() == (len(MIGRATIONS),)
