@@ -206,13 +206,19 @@ def _index(lines: JsonLines) -> dict[str, Entry]:
                 held.clear()
                 for k, message in enumerate(messages):
                     held[_key(message, line.number, k)] = (line.offset, k)
-        elif record.get("type") in MESSAGE_TYPES and "sessionId" not in record:
+        elif _typed(record) and "sessionId" not in record:
             held[_key(record, line.number, None)] = (line.offset, None)
         elif "sessionId" not in record:
             others += 1
     if others:
         lines.notes.append(f"skipped {others} line(s) that are not Gemini CLI messages")
     return held
+
+
+def _typed(record: dict[str, Json]) -> bool:
+    """Whether ``record`` names a Gemini CLI message type (a string: any other JSON is not)."""
+    kind = record.get("type")
+    return isinstance(kind, str) and kind in MESSAGE_TYPES
 
 
 def _key(message: Json, number: int, k: int | None) -> str:

@@ -163,6 +163,24 @@ def test_gemini_jsonl_set_messages_replaces_the_list(tmp_path: Path) -> None:
     ]
 
 
+def test_gemini_jsonl_line_whose_type_is_not_a_string_is_skipped_with_a_note(
+    tmp_path: Path,
+) -> None:
+    # the fuzz campaign's find: a type of ["gemini"] raised TypeError (unhashable) mid-read
+    path = tmp_path / "session.jsonl"
+    records = [
+        {"sessionId": "s1", "projectHash": "p", "startTime": "2026-01-01T00:00:00Z"},
+        {"id": "a", "type": "user", "content": "question"},
+        {"id": "b", "type": ["gemini"], "content": "not a message"},
+        {"id": "c", "type": "gemini", "content": "answer"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    transcript = open_transcript(path)
+    turns = list(transcript)
+    assert [(t.role, t.content) for t in turns] == [("user", "question"), ("assistant", "answer")]
+    assert any("skipped 1 line(s)" in note for note in transcript.notes)
+
+
 def test_gemini_call_without_result_is_left_to_the_integrity_pass(tmp_path: Path, run: Run) -> None:
     path = tmp_path / "session.json"
     call = {"id": "c1", "name": "ls", "args": {}, "status": "cancelled"}
