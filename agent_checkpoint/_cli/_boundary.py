@@ -169,6 +169,9 @@ class Boundary:
         root.addHandler(handler)
         with warnings.catch_warnings():
             warnings.simplefilter("default")
+            # as Python's own defaults: a socket or file left to the garbage collector is a
+            # developer's diagnostic (-W default shows it), not a line of the command's output
+            warnings.simplefilter("ignore", ResourceWarning)
             warnings.showwarning = self._show_warning
             try:
                 yield
