@@ -48,10 +48,8 @@ def is_gemini_record(record: Json) -> bool:
         return True
     if record.keys() >= _HEADER_KEYS and "type" not in record:
         return True
-    kind = record.get("type")
     return (
-        isinstance(kind, str)
-        and kind in MESSAGE_TYPES
+        _typed(record)
         and "id" in record
         and not {"role", "uuid", "sessionId", "message"} & record.keys()
     )
